@@ -1,0 +1,200 @@
+//! The child: spawned in a process group of its own, signalled as a group,
+//! guarded by the watchdog. Knows nothing of stores.
+
+pub mod signals;
+pub mod watchdog;
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::{access, AccessFlags, Pid};
+use tokio::sync::oneshot;
+
+use crate::payload::{ChildExit, Payload, StartError};
+use crate::store::Lease;
+use watchdog::Watchdog;
+
+/// The command to run, resolved before any lease is taken.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// As the user wrote it: becomes argv[0].
+    pub program: OsString,
+    /// Where PATH lookup found it.
+    pub path: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+impl CommandSpec {
+    /// Find `program` the way a shell does, so that "not found" (127) and "not
+    /// executable" (126) are known before anything is written to the store.
+    pub fn resolve(program: OsString, args: Vec<OsString>) -> Result<Self, StartError> {
+        let shown = program.to_string_lossy().into_owned();
+        if program.is_empty() {
+            return Err(StartError::NotFound(shown));
+        }
+        let check = |path: &Path| -> Result<(), String> {
+            if path.is_dir() {
+                return Err("is a directory".into());
+            }
+            access(path, AccessFlags::X_OK).map_err(|e| e.desc().to_string())
+        };
+        if program.as_bytes().contains(&b'/') {
+            let path = PathBuf::from(&program);
+            if !path.exists() {
+                return Err(StartError::NotFound(shown));
+            }
+            check(&path).map_err(|why| StartError::NotExecutable(shown.clone(), why))?;
+            return Ok(Self { program, path, args });
+        }
+        let search = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+        let mut refused = None;
+        for dir in std::env::split_paths(&search) {
+            let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+            let candidate = dir.join(&program);
+            if candidate.is_file() {
+                match check(&candidate) {
+                    Ok(()) => return Ok(Self { program, path: candidate, args }),
+                    Err(why) => refused = refused.or(Some(why)),
+                }
+            }
+        }
+        Err(match refused {
+            Some(why) => StartError::NotExecutable(shown, why),
+            None => StartError::NotFound(shown),
+        })
+    }
+}
+
+/// Runs the command as the elector's payload.
+pub struct Supervisor {
+    command: CommandSpec,
+    stop: Signal,
+    kill_after: Duration,
+    running: Option<Running>,
+}
+
+struct Running {
+    pgid: Pid,
+    watchdog: Watchdog,
+    exit: oneshot::Receiver<ChildExit>,
+    ended: Option<ChildExit>,
+}
+
+impl Supervisor {
+    pub fn new(command: CommandSpec, stop: Signal, kill_after: Duration) -> Self {
+        Self { command, stop, kill_after, running: None }
+    }
+
+    fn group(&self) -> Option<Pid> {
+        self.running.as_ref().map(|r| r.pgid)
+    }
+}
+
+fn env_overrides(lease: &Lease) -> [(&'static str, String); 3] {
+    [
+        ("LEADERRUN_LOCK", lease.lock.clone()),
+        ("LEADERRUN_IDENTITY", lease.identity.clone()),
+        ("LEADERRUN_FENCING_TOKEN", lease.token.to_string()),
+    ]
+}
+
+#[async_trait]
+impl Payload for Supervisor {
+    async fn start(&mut self, lease: &Lease, deadline: Duration) -> Result<(), StartError> {
+        // The watchdog first, so that no instant passes with a child and no guard.
+        let mut watchdog = Watchdog::spawn(self.stop, self.kill_after, deadline)
+            .map_err(|e| StartError::Internal(format!("cannot start the watchdog: {e}")))?;
+        let mut command = tokio::process::Command::new(&self.command.path);
+        command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
+        for (name, value) in env_overrides(lease) {
+            command.env(name, value);
+        }
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) => {
+                watchdog.finish();
+                let shown = self.command.program.to_string_lossy().into_owned();
+                return Err(match err.kind() {
+                    std::io::ErrorKind::NotFound => StartError::NotFound(shown),
+                    _ => StartError::NotExecutable(shown, err.to_string()),
+                });
+            }
+        };
+        let pgid = Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0));
+        watchdog.guard(pgid);
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(reap(child, pgid, self.stop, self.kill_after, tx));
+        self.running = Some(Running { pgid, watchdog, exit: rx, ended: None });
+        Ok(())
+    }
+
+    fn extend(&mut self, deadline: Duration) {
+        if let Some(running) = &mut self.running {
+            running.watchdog.extend(deadline);
+        }
+    }
+
+    fn signal(&mut self, signal: Signal) {
+        if let Some(pgid) = self.group() {
+            let _ = killpg(pgid, signal);
+        }
+    }
+
+    fn kill(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
+
+    async fn wait(&mut self) -> ChildExit {
+        let Some(running) = &mut self.running else {
+            return std::future::pending().await;
+        };
+        if let Some(ended) = running.ended {
+            return ended;
+        }
+        let ended = (&mut running.exit).await.unwrap_or(ChildExit::Signal(Signal::SIGKILL as i32));
+        running.ended = Some(ended);
+        ended
+    }
+
+    fn finish(&mut self) {
+        if let Some(running) = &mut self.running {
+            running.watchdog.finish();
+        }
+    }
+}
+
+/// Wait for the child, then make sure nothing of its process group outlives it:
+/// a background job left behind would otherwise run on after the lease is released.
+async fn reap(mut child: tokio::process::Child, pgid: Pid, stop: Signal, kill_after: Duration, tx: oneshot::Sender<ChildExit>) {
+    let ended = match child.wait().await {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => ChildExit::Code(code),
+            (None, Some(signal)) => ChildExit::Signal(signal),
+            _ => ChildExit::Code(1),
+        },
+        Err(_) => ChildExit::Code(1),
+    };
+    if killpg(pgid, None).is_ok() {
+        tracing::info!(pgid = pgid.as_raw(), "the child exited but its process group lives on; stopping it");
+        let _ = killpg(pgid, stop);
+        let started = tokio::time::Instant::now();
+        while killpg(pgid, None).is_ok() && started.elapsed() < kill_after {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = killpg(pgid, Signal::SIGKILL);
+        while killpg(pgid, None).is_ok() && started.elapsed() < kill_after + Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let _ = tx.send(ended);
+}
+
+/// For messages: the command as typed.
+pub fn shown(program: &OsStr) -> String {
+    program.to_string_lossy().into_owned()
+}

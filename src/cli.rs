@@ -1,0 +1,320 @@
+//! The command line: every flag is defined here, once, with its documentation.
+//!
+//! `--help`, the man page (`man/leaderrun.1`) and the shell completions
+//! (`completions/`) are all generated from these definitions; the test
+//! `tests/generated_docs.rs` fails when the checked-in copies are stale.
+//! Parsing only checks the shape of each value: the rules that relate values
+//! to one another (the timing rule above all) live in `timing.rs`.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::child::signals::parse_signal;
+use crate::exit;
+
+const ABOUT: &str = "Run a command only while holding a named leader lease: flock(1) for a fleet";
+
+const LONG_ABOUT: &str = "\
+Run a command only while holding a named leader lease in a shared store: flock(1) for a fleet.
+
+leaderrun takes the lease named by --lock, runs COMMAND while it holds it, renews the lease \
+in the background, and stops COMMAND (its whole process group) the moment the lease can no \
+longer be trusted.
+
+  leaderrun --lock nightly-report -- ./report.sh             # cron on every host: one runs
+  leaderrun --lock deploy --wait --timeout 10m -- ./deploy   # CI pipelines take turns
+  leaderrun --lock billing --wait -- ./worker                # N replicas, one active
+
+By default the lease lives in an embedded SQLite file in the user's state directory \
+($XDG_STATE_HOME/leaderrun, else ~/.local/state/leaderrun; /var/lib/leaderrun for root), \
+which serves the processes of one host the way flock(1) does.";
+
+const AFTER_LONG_HELP: &str = "\
+EXIT STATUS:
+  c        the child exited with status c (0-255): the child's status is passed through
+  128+n    the child was killed by signal n (SIGKILL gives 137), or leaderrun itself got
+           signal n while still waiting for the lease
+  0        another holder has the lease (one-shot), or --wait --timeout ran out; change it
+           with -E/--conflict-exit-code
+  2        bad usage or configuration (a message names the flag or rule); nothing was
+           written to the store
+  69       the store could not be reached, opened or used before the child started
+  70       internal error (the watchdog could not be started); the child was not started
+  75       the lease was lost while the child ran (taken by another holder, force-released,
+           or not renewed in time); the child was stopped
+  126      COMMAND was found but could not be executed
+  127      COMMAND was not found
+
+  leaderrun status: 0 held, 1 free. leaderrun release: 0 released, 1 was not held.
+
+SAFETY CONTRACT:
+  Assuming the store's compare-and-set is linearizable and never rolls back an acknowledged
+  write, elapsed-time clocks run within 1% of real time, and leaderrun is not frozen
+  together with its child for longer than the margin, at most one child process tree runs
+  at any moment for one lock name. The local deadline is anchored at the moment a renewal
+  is SENT and moves only on a confirmed success; the child's process group gets --signal at
+  deadline minus --kill-after and SIGKILL at the deadline. An independent watchdog process
+  enforces the deadline even if leaderrun itself is killed (SIGKILL) or stopped (SIGSTOP).
+  Each acquisition carries a fencing token (LEADERRUN_FENCING_TOKEN) that strictly increases;
+  pass it to what the child writes so that stale writers can be refused.
+
+CHILD ENVIRONMENT:
+  LEADERRUN_LOCK           the lock name
+  LEADERRUN_IDENTITY       this run's identity
+  LEADERRUN_FENCING_TOKEN  strictly increasing integer, one per acquisition of the lock
+  These always override inherited variables of the same names. Because of that, --lock and
+  --identity are never read from the environment: a nested leaderrun would otherwise
+  silently inherit its parent's lock.";
+
+/// `leaderrun [OPTIONS] --lock NAME -- COMMAND [ARGS...]`, or one of the subcommands.
+#[derive(Debug, Parser)]
+#[command(
+    name = "leaderrun",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = AFTER_LONG_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    override_usage = "leaderrun [OPTIONS] --lock <NAME> [--] <COMMAND> [ARGS]...\n       leaderrun <status|list|release> [OPTIONS]"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub subcommand: Option<Command>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show who holds a lock: holder identity, fencing token, held since, expires in.
+    ///
+    /// Exit status: 0 when the lock is held, 1 when it is free.
+    Status {
+        #[command(flatten)]
+        lock: LockArg,
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        output: JsonArg,
+    },
+    /// List every lock in the store, held or free.
+    List {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        output: JsonArg,
+    },
+    /// Force the holder of a lock to stand down.
+    ///
+    /// The lease is marked free at once; the holder's leaderrun notices at its next renewal
+    /// and stops its child (exit status 75). The fencing token is kept, so the next holder
+    /// still gets a larger one. Exit status: 0 when a held lease was released, 1 when the
+    /// lock was not held.
+    Release {
+        #[command(flatten)]
+        lock: LockArg,
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        output: JsonArg,
+    },
+}
+
+/// The lock name: shared by the run mode, `status` and `release`.
+#[derive(Debug, Args)]
+pub struct LockArg {
+    /// Name of the lease (1-255 characters, no control characters).
+    ///
+    /// Every leaderrun that names the same lock in the same store competes for one lease.
+    /// Not read from the environment: LEADERRUN_LOCK is what the child receives.
+    // An Option only so that the subcommands can stand in for it at the top level;
+    // clap enforces it wherever it is required.
+    #[arg(long, value_name = "NAME", required = true)]
+    lock: Option<String>,
+}
+
+impl LockArg {
+    pub fn name(&self) -> &str {
+        self.lock.as_deref().unwrap_or_default()
+    }
+}
+
+/// Flags every mode shares: where the store is, and how much to say.
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// Store holding the leases, as a URL.
+    ///
+    /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
+    /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),
+    /// created on first use. sqlite:///path/to/file.db names another file; the SQLite
+    /// store serves one host only (never put it on a network filesystem).
+    #[arg(long, value_name = "URL", env = "LEADERRUN_STORE", hide_env_values = true)]
+    pub store: Option<String>,
+
+    /// Say more: -v logs each step (elected, renewed, released), -vv debug detail.
+    #[arg(short, long, action = ArgAction::Count, env = "LEADERRUN_VERBOSE", conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Say only errors. By default leaderrun prints nothing unless something went wrong
+    /// (a lost conflict is not wrong), so it stays quiet in cron.
+    #[arg(short, long, env = "LEADERRUN_QUIET")]
+    pub quiet: bool,
+
+    /// Format of leaderrun's own log lines on stderr.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text, env = "LEADERRUN_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print the result as JSON on stdout.
+    #[arg(long, env = "LEADERRUN_JSON")]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// `leaderrun: level: message key=value`
+    Text,
+    /// One JSON object per line
+    Json,
+}
+
+/// Flags of the run mode: `leaderrun --lock NAME -- COMMAND`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub lock: LockArg,
+
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Campaign until elected instead of trying once.
+    ///
+    /// Without --wait (one-shot, for cron) leaderrun tries once and, if another holder has
+    /// the lease, exits at once with --conflict-exit-code without running anything.
+    /// With --wait it waits its turn; a release by the holder is noticed within milliseconds.
+    #[arg(long, env = "LEADERRUN_WAIT")]
+    pub wait: bool,
+
+    /// With --wait: give up after this long, exit with --conflict-exit-code.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TIMEOUT")]
+    pub timeout: Option<Duration>,
+
+    /// Keep the lease taken until this long after it was acquired, even if the child exits
+    /// sooner, so a host whose cron fires a little late does not run the same firing again.
+    /// leaderrun does not linger for it: it rewrites the lease's expiry and exits.
+    /// Default: 10s in one-shot mode, 0 with --wait.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_MIN_HOLD")]
+    pub min_hold: Option<Duration>,
+
+    /// Lease duration. A holder that cannot renew for this long loses the lease; a standby
+    /// takes over about this long after a holder dies.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "15s", env = "LEADERRUN_TTL")]
+    pub ttl: Duration,
+
+    /// How often the holder renews the lease. Default: a third of --ttl.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_RENEW_EVERY")]
+    pub renew_every: Option<Duration>,
+
+    /// Grace between the stop signal and SIGKILL, when the child must stop (lease about to
+    /// lapse, lease lost, or leaderrun got SIGINT/SIGTERM).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "5s", env = "LEADERRUN_KILL_AFTER")]
+    pub kill_after: Duration,
+
+    /// Signal that asks the child's process group to stop (name or number: TERM, SIGINT, 15).
+    #[arg(long, value_name = "SIG", value_parser = parse_signal_arg, default_value = "TERM", env = "LEADERRUN_SIGNAL")]
+    pub signal: nix::sys::signal::Signal,
+
+    /// This run's identity as shown by `leaderrun status`. Default: HOST:PID:RANDOM.
+    ///
+    /// Safety never rests on it (renewals are matched on the fencing token), but keep it
+    /// unique so that status output is useful. Not read from the environment:
+    /// LEADERRUN_IDENTITY is what the child receives.
+    #[arg(long, value_name = "STR")]
+    pub identity: Option<String>,
+
+    /// Exit status when the lease is held by another (one-shot) or --timeout runs out.
+    #[arg(short = 'E', long, value_name = "N", default_value_t = 0, env = "LEADERRUN_CONFLICT_EXIT_CODE")]
+    pub conflict_exit_code: u8,
+
+    /// The command to run while holding the lease, and its arguments. Put `--` before it.
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+/// Parse a humantime duration (`1500ms`, `15s`, `2m`, `1h 30m`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("empty duration (write e.g. 15s, 1500ms, 2m)".into());
+    }
+    if trimmed.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("'{trimmed}' has no unit (write e.g. {trimmed}s or {trimmed}ms)"));
+    }
+    humantime::parse_duration(trimmed)
+        .map_err(|e| format!("'{trimmed}' is not a duration ({e}; write e.g. 15s, 1500ms, 2m)"))
+}
+
+fn parse_signal_arg(text: &str) -> Result<nix::sys::signal::Signal, String> {
+    parse_signal(text)
+}
+
+/// The clap command, for the man page, completions and tests.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// What parsing produced: a parsed command line, or what to print and the status to exit with.
+pub enum Parsed {
+    Cli(Box<Cli>),
+    Exit { message: String, to_stdout: bool, code: u8 },
+}
+
+/// Parse the command line; turn clap's multi-line errors into one line.
+pub fn parse<I, T>(args: I) -> Parsed
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    match Cli::try_parse_from(args) {
+        Ok(cli) => Parsed::Cli(Box::new(cli)),
+        Err(err) => {
+            use clap::error::ErrorKind::*;
+            match err.kind() {
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand => Parsed::Exit {
+                    message: err.render().to_string(),
+                    to_stdout: !matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand),
+                    code: if matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand) { exit::USAGE } else { 0 },
+                },
+                _ => Parsed::Exit { message: one_line(&err.render().to_string()), to_stdout: false, code: exit::USAGE },
+            }
+        }
+    }
+}
+
+/// clap renders `error: ...`, context lines, a usage block and a hint; keep the error and
+/// its context on one line.
+fn one_line(rendered: &str) -> String {
+    let mut parts = Vec::new();
+    for line in rendered.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if line.is_empty() {
+            continue;
+        }
+        let line = line.strip_prefix("error: ").unwrap_or(line);
+        if !line.starts_with("tip:") {
+            parts.push(line.to_string());
+        }
+    }
+    let mut text = parts.join(" ");
+    text.push_str(" (see leaderrun --help)");
+    text
+}

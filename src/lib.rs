@@ -1,0 +1,20 @@
+//! leaderrun: run a command only while holding a named leader lease in a shared store.
+//!
+//! The layers, each unaware of the ones beside it:
+//! - `cli`: every flag, defined once with its documentation;
+//! - `timing`: every timing rule, validated in one place;
+//! - `elector`: the campaign / lead / renew state machine (no I/O, clock injected);
+//! - `store`: one trait, one file per store;
+//! - `child`: process group, signals, kill escalation, the watchdog;
+//! - `run`: wires them together for the binary.
+
+pub mod child;
+pub mod cli;
+pub mod clock;
+pub mod elector;
+pub mod exit;
+pub mod logging;
+pub mod payload;
+pub mod run;
+pub mod store;
+pub mod timing;

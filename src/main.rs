@@ -1,0 +1,44 @@
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+use leaderrun::{child::watchdog, cli, exit, run};
+
+fn main() -> ExitCode {
+    // Users see one line, never a backtrace, even with RUST_BACKTRACE=1.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".into());
+        let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("leaderrun: internal error: {message}{place} (please report it)");
+    }));
+
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == watchdog::ARG) {
+        let rest: Vec<String> = args[2..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        return ExitCode::from(watchdog::main(&rest));
+    }
+    let cli = match cli::parse(args) {
+        cli::Parsed::Cli(cli) => cli,
+        cli::Parsed::Exit { message, to_stdout, code } => {
+            if to_stdout {
+                let _ = std::io::stdout().write_all(message.as_bytes());
+            } else {
+                eprintln!("leaderrun: error: {}", message.trim_end());
+            }
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("leaderrun: cannot start: {err}");
+            return ExitCode::from(exit::INTERNAL);
+        }
+    };
+    ExitCode::from(runtime.block_on(run::main(*cli)))
+}

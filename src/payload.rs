@@ -1,0 +1,68 @@
+//! What runs while the lease is held, as the elector sees it.
+//!
+//! The elector drives a `Payload` and never touches processes itself: in
+//! production the payload is the child process group and its watchdog
+//! (`child/`); the elector's unit tests use a recorder on a paused clock.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::sys::signal::Signal;
+
+use crate::store::Lease;
+
+/// How the child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildExit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl ChildExit {
+    /// The shell's convention: the code itself, or 128 + the signal number.
+    pub fn status(self) -> u8 {
+        match self {
+            ChildExit::Code(c) => (c & 0xff) as u8,
+            ChildExit::Signal(n) => crate::exit::for_signal(n),
+        }
+    }
+}
+
+/// Why the payload could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}: command not found")]
+    NotFound(String),
+    #[error("{0}: {1}")]
+    NotExecutable(String, String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl StartError {
+    pub fn status(&self) -> u8 {
+        match self {
+            StartError::NotFound(_) => crate::exit::NOT_FOUND,
+            StartError::NotExecutable(..) => crate::exit::NOT_EXECUTABLE,
+            StartError::Internal(_) => crate::exit::INTERNAL,
+        }
+    }
+}
+
+#[async_trait]
+pub trait Payload: Send {
+    /// Start under `lease`; `deadline` (on the elector's clock) is when it must be dead
+    /// unless the lease is renewed.
+    async fn start(&mut self, lease: &Lease, deadline: Duration) -> Result<(), StartError>;
+    /// A renewal succeeded: the deadline moved to `deadline`.
+    fn extend(&mut self, deadline: Duration);
+    /// Deliver `signal` to the whole payload (a process group).
+    fn signal(&mut self, signal: Signal);
+    /// SIGKILL the whole payload.
+    fn kill(&mut self);
+    /// Resolve when the payload is gone, with how it ended. Cancel-safe: the elector
+    /// polls it in a loop next to its timers.
+    async fn wait(&mut self) -> ChildExit;
+    /// The payload is gone and the lease is being given up: stand the watchdog down.
+    fn finish(&mut self);
+}

@@ -1,0 +1,207 @@
+//! An in-memory store for the elector's unit tests, on an injected clock.
+//!
+//! It keeps the same rules as the real stores (compare-and-set on the token,
+//! expiry on the store's clock, a token that only grows) and can be told to
+//! misbehave: fail, hang, answer late, or hand the lease to someone else.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use crate::clock::Clock;
+
+#[derive(Debug, Clone)]
+struct Row {
+    holder: Option<String>,
+    token: u64,
+    acquired: Duration,
+    expires: Duration,
+}
+
+/// How the store answers renewals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    Normal,
+    /// Answer with an error.
+    Fail,
+    /// Never answer.
+    Hang,
+    /// Do the work at once but answer this much later.
+    Late(Duration),
+}
+
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    rows: Mutex<BTreeMap<String, Row>>,
+    renew_behaviour: Mutex<Behaviour>,
+    acquire_behaviour: Mutex<Behaviour>,
+    notify: Notify,
+    /// Every call, for assertions: (clock reading, operation).
+    pub calls: Mutex<Vec<(Duration, String)>>,
+}
+
+impl MemoryStore {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            rows: Mutex::new(BTreeMap::new()),
+            renew_behaviour: Mutex::new(Behaviour::Normal),
+            acquire_behaviour: Mutex::new(Behaviour::Normal),
+            notify: Notify::new(),
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn set_renew(&self, behaviour: Behaviour) {
+        *self.renew_behaviour.lock().unwrap() = behaviour;
+    }
+
+    pub fn set_acquire(&self, behaviour: Behaviour) {
+        *self.acquire_behaviour.lock().unwrap() = behaviour;
+    }
+
+    /// Hand the lock to `holder` behind the current holder's back (as after an expiry).
+    pub fn steal(&self, lock: &str, holder: &str, ttl: Duration) {
+        let now = self.clock.now();
+        let mut rows = self.rows.lock().unwrap();
+        let row = rows.entry(lock.to_string()).or_insert(Row { holder: None, token: 0, acquired: now, expires: now });
+        *row = Row { holder: Some(holder.to_string()), token: row.token + 1, acquired: now, expires: now + ttl };
+    }
+
+    /// When the store would expire the lock's lease (None if free).
+    pub fn expiry(&self, lock: &str) -> Option<Duration> {
+        let rows = self.rows.lock().unwrap();
+        rows.get(lock).filter(|r| r.holder.is_some()).map(|r| r.expires)
+    }
+
+    fn log(&self, what: String) {
+        self.calls.lock().unwrap().push((self.clock.now(), what));
+    }
+
+    async fn behave(&self, behaviour: Behaviour) -> Result<()> {
+        match behaviour {
+            Behaviour::Normal => Ok(()),
+            Behaviour::Fail => Err(StoreError::unavailable("injected failure")),
+            Behaviour::Hang => std::future::pending().await,
+            Behaviour::Late(_) => Ok(()),
+        }
+    }
+
+    fn record(&self, lock: &str, row: Option<&Row>) -> LockRecord {
+        let now = self.clock.now();
+        match row {
+            Some(r) if r.holder.is_some() && r.expires > now => LockRecord {
+                lock: lock.to_string(),
+                holder: r.holder.clone(),
+                token: r.token,
+                held_since: None,
+                expires_in: Some(r.expires - now),
+            },
+            Some(r) => LockRecord { token: r.token, ..LockRecord::free(lock) },
+            None => LockRecord::free(lock),
+        }
+    }
+}
+
+async fn answer_late(behaviour: Behaviour) {
+    if let Behaviour::Late(delay) = behaviour {
+        tokio::time::sleep(delay).await;
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        self.log(format!("acquire {identity}"));
+        let behaviour = *self.acquire_behaviour.lock().unwrap();
+        self.behave(behaviour).await?;
+        let now = self.clock.now();
+        let result = {
+            let mut rows = self.rows.lock().unwrap();
+            let current = rows.get(lock).cloned();
+            let free = current.as_ref().is_none_or(|r| r.holder.is_none() || r.expires <= now);
+            if free {
+                let token = current.map_or(1, |r| r.token + 1);
+                rows.insert(lock.to_string(), Row { holder: Some(identity.to_string()), token, acquired: now, expires: now + ttl });
+                Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token })
+            } else {
+                Acquire::Held(self.record(lock, current.as_ref()))
+            }
+        };
+        answer_late(behaviour).await;
+        Ok(result)
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        self.log(format!("renew {}", lease.token));
+        let behaviour = *self.renew_behaviour.lock().unwrap();
+        self.behave(behaviour).await?;
+        let now = self.clock.now();
+        let result = {
+            let mut rows = self.rows.lock().unwrap();
+            match rows.get_mut(&lease.lock) {
+                Some(row) if row.token == lease.token && row.holder.as_deref() == Some(&lease.identity) => {
+                    row.expires = now + ttl;
+                    Renew::Renewed
+                }
+                other => {
+                    let row = other.map(|r| r.clone());
+                    Renew::Lost(Some(self.record(&lease.lock, row.as_ref())))
+                }
+            }
+        };
+        answer_late(behaviour).await;
+        Ok(result)
+    }
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        self.log(format!("release {} keep {keep:?}", lease.token));
+        let now = self.clock.now();
+        let mut rows = self.rows.lock().unwrap();
+        if let Some(row) = rows.get_mut(&lease.lock) {
+            if row.token == lease.token && row.holder.as_deref() == Some(&lease.identity) {
+                if row.acquired + keep > now {
+                    row.expires = row.acquired + keep;
+                } else {
+                    row.holder = None;
+                    row.expires = Duration::ZERO;
+                }
+            }
+        }
+        drop(rows);
+        self.notify.notify_waiters();
+        Ok(())
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockRecord> {
+        let rows = self.rows.lock().unwrap();
+        Ok(self.record(lock, rows.get(lock)))
+    }
+
+    async fn list(&self) -> Result<Vec<LockRecord>> {
+        let rows = self.rows.lock().unwrap();
+        Ok(rows.iter().map(|(name, row)| self.record(name, Some(row))).collect())
+    }
+
+    async fn force_release(&self, lock: &str) -> Result<Option<LockRecord>> {
+        let before = {
+            let mut rows = self.rows.lock().unwrap();
+            let before = self.record(lock, rows.get(lock));
+            if let Some(row) = rows.get_mut(lock).filter(|_| before.is_held()) {
+                row.holder = None;
+                row.expires = Duration::ZERO;
+            }
+            before
+        };
+        self.notify.notify_waiters();
+        Ok(before.is_held().then_some(before))
+    }
+
+    async fn changed(&self, _lock: &str, max_wait: Duration) {
+        let _ = tokio::time::timeout(max_wait, self.notify.notified()).await;
+    }
+}

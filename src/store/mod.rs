@@ -1,0 +1,173 @@
+//! Where leases live: one small trait, one file per store.
+//!
+//! A store knows nothing of processes or deadlines. It offers a linearizable
+//! compare-and-set on one record per lock name, judges expiry on its own clock,
+//! and keeps a fencing token that strictly increases with every acquisition.
+//! The elector (`elector.rs`) builds the safety contract on top of these calls.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+
+#[cfg(test)]
+pub mod memory;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+pub mod url;
+
+/// A lease this run holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub lock: String,
+    pub identity: String,
+    /// The fencing token: larger than that of every earlier acquisition of this lock.
+    pub token: u64,
+}
+
+/// What the store says about one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockRecord {
+    pub lock: String,
+    /// The holder's identity; `None` when the lock is free.
+    pub holder: Option<String>,
+    /// The token of the latest acquisition (0 if never acquired).
+    pub token: u64,
+    /// Wall-clock time of the latest acquisition, for display only.
+    pub held_since: Option<SystemTime>,
+    /// Time left before the store expires the lease, on the store's clock; `None` when free.
+    pub expires_in: Option<Duration>,
+}
+
+impl LockRecord {
+    pub fn is_held(&self) -> bool {
+        self.holder.is_some()
+    }
+
+    /// A record for a lock the store has never seen.
+    pub fn free(lock: &str) -> Self {
+        Self { lock: lock.to_string(), holder: None, token: 0, held_since: None, expires_in: None }
+    }
+}
+
+/// Outcome of an acquire attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquire {
+    Won(Lease),
+    /// Someone else holds it (this record says who).
+    Held(LockRecord),
+}
+
+/// Outcome of a renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renew {
+    Renewed,
+    /// The record no longer carries our token: released by force, or taken by another
+    /// (the record, if the store could say).
+    Lost(Option<LockRecord>),
+}
+
+/// Why a store call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// May succeed if retried: connection refused, timeout, busy.
+    Unavailable,
+    /// Will not succeed if retried: bad credentials, no permission, unusable file.
+    Refused,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct StoreError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl StoreError {
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::Unavailable, message: message.into() }
+    }
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::Refused, message: message.into() }
+    }
+    pub fn is_transient(&self) -> bool {
+        self.kind == ErrorKind::Unavailable
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// The interface every store implements, and the only one the elector uses.
+///
+/// Each call is one atomic step in the store (a single statement, or one short
+/// transaction). Expiry is judged on the store's clock, never on a wall clock.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Take the lock for `identity` for `ttl` if it is free, released or expired;
+    /// the new lease's token is larger than any earlier one for this lock.
+    /// A lock held by anyone, this identity included, is not taken.
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire>;
+
+    /// Extend the lease by `ttl` from now if the record still carries its token.
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew>;
+
+    /// Give the lease up. With `keep` > 0 the record stays taken until `keep` after the
+    /// lease was acquired (for --min-hold), or is freed now if that moment has passed.
+    /// Does nothing if the record no longer carries the lease's token.
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()>;
+
+    /// The record of one lock (free if the store has never seen it).
+    async fn status(&self, lock: &str) -> Result<LockRecord>;
+
+    /// Every lock the store has a record of.
+    async fn list(&self) -> Result<Vec<LockRecord>>;
+
+    /// Free a held lock whoever holds it; its holder finds out at its next renewal.
+    /// Returns the record as it was before, if it was held.
+    async fn force_release(&self, lock: &str) -> Result<Option<LockRecord>>;
+
+    /// Return when the lock may have changed (a release or expiry), or after at most
+    /// `max_wait`. Stores without change notification poll; either way the caller
+    /// re-reads, so a spurious return is harmless.
+    async fn changed(&self, lock: &str, max_wait: Duration);
+}
+
+/// Longest lock name accepted, in characters.
+pub const MAX_LOCK_NAME: usize = 255;
+
+/// Check a lock name: 1-255 characters, no control characters, no leading or trailing
+/// white space (almost always a quoting mistake).
+pub fn validate_lock_name(name: &str) -> std::result::Result<(), String> {
+    let count = name.chars().count();
+    if name.trim().is_empty() {
+        return Err("--lock must not be empty".into());
+    }
+    if count > MAX_LOCK_NAME {
+        return Err(format!("--lock is {count} characters long; the maximum is {MAX_LOCK_NAME}"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("--lock must not contain control characters (newline, tab, NUL, ...)".into());
+    }
+    if name.trim() != name {
+        return Err(format!("--lock {name:?} starts or ends with white space"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names() {
+        assert!(validate_lock_name("nightly-report").is_ok());
+        assert!(validate_lock_name("it's \"quoted\" and ünïcødé with spaces").is_ok());
+        assert!(validate_lock_name(&"x".repeat(255)).is_ok());
+        assert!(validate_lock_name(&"é".repeat(255)).is_ok());
+        assert!(validate_lock_name("").unwrap_err().contains("empty"));
+        assert!(validate_lock_name("   ").unwrap_err().contains("empty"));
+        assert!(validate_lock_name(&"x".repeat(256)).unwrap_err().contains("256 characters"));
+        assert!(validate_lock_name("a\nb").unwrap_err().contains("control"));
+        assert!(validate_lock_name("a\0b").unwrap_err().contains("control"));
+        assert!(validate_lock_name(" a").unwrap_err().contains("white space"));
+    }
+}

@@ -1,0 +1,322 @@
+//! The embedded default store: one SQLite file serving the processes of one host.
+//!
+//! Every acquire, renew and release is a single SQL statement, which SQLite runs
+//! under its write lock: that is the compare-and-set. Expiry is judged on
+//! CLOCK_BOOTTIME, which every process on the host shares and which never jumps;
+//! each row also records the kernel's boot id, so a lease written before a reboot
+//! is void after it (every process of that boot is gone). The file must stay on a
+//! local filesystem: SQLite's locking is not to be trusted over NFS.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use rand::Rng;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{ConnectOptions, Row};
+use tokio::sync::Mutex;
+
+use super::url::Access;
+use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use crate::clock::boottime;
+
+/// How often a waiting process re-reads a held lock: local reads are cheap.
+const POLL: Duration = Duration::from_millis(20);
+
+/// How long a statement waits for another process's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leaderrun_locks (
+    name             TEXT PRIMARY KEY NOT NULL,
+    holder           TEXT,               -- NULL when released
+    token            INTEGER NOT NULL,   -- fencing token: +1 on every acquisition
+    boot_id          TEXT NOT NULL,      -- the kernel boot the times below belong to
+    acquired_ns      INTEGER NOT NULL,   -- CLOCK_BOOTTIME at acquisition
+    expires_ns       INTEGER NOT NULL,   -- CLOCK_BOOTTIME at which the lease lapses
+    acquired_unix_ms INTEGER NOT NULL    -- wall clock at acquisition, for display only
+) WITHOUT ROWID";
+
+pub struct SqliteStore {
+    /// `None` when the file does not exist and the caller only looks (status, list).
+    conn: Option<Mutex<SqliteConnection>>,
+    /// For error messages.
+    path: PathBuf,
+}
+
+fn boot_id() -> &'static str {
+    static BOOT_ID: OnceLock<String> = OnceLock::new();
+    BOOT_ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+    })
+}
+
+fn ns(d: Duration) -> i64 {
+    d.as_nanos().min(i64::MAX as u128) as i64
+}
+
+fn unix_ms_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Whether an sqlx error may go away if retried (another process holds the write lock).
+fn is_busy(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("5") | Some("6") | Some("517") | Some("261"))
+                || db.message().contains("locked")
+                || db.message().contains("busy")
+        }
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
+        _ => false,
+    }
+}
+
+fn store_error(path: &Path, err: sqlx::Error) -> StoreError {
+    let message = match &err {
+        sqlx::Error::Database(db) => format!("SQLite store {}: {}", path.display(), db.message()),
+        other => format!("SQLite store {}: {other}", path.display()),
+    };
+    if is_busy(&err) {
+        StoreError::unavailable(message)
+    } else {
+        StoreError::refused(message)
+    }
+}
+
+impl SqliteStore {
+    /// Open (and with `Access::Create`, create) the store file.
+    pub async fn open(path: &Path, access: Access) -> Result<Self> {
+        if access == Access::Existing && !path.exists() {
+            return Ok(Self { conn: None, path: path.to_path_buf() });
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(access == Access::Create)
+            .busy_timeout(BUSY_TIMEOUT)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .log_statements(tracing::log::LevelFilter::Trace);
+        // Many processes may create the file in the same instant; switching it to WAL
+        // and creating the table can then report "locked" before the busy handler
+        // applies. Those races are brief: retry them with jitter.
+        let started = std::time::Instant::now();
+        loop {
+            match Self::connect(&options, access).await {
+                Ok(conn) => return Ok(Self { conn: Some(Mutex::new(conn)), path: path.to_path_buf() }),
+                Err(err) if is_busy(&err) && started.elapsed() < BUSY_TIMEOUT => {
+                    let pause = rand::rng().random_range(2..20);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                Err(err) => return Err(store_error(path, err).into_refused()),
+            }
+        }
+    }
+
+    async fn connect(options: &SqliteConnectOptions, access: Access) -> std::result::Result<SqliteConnection, sqlx::Error> {
+        let mut conn = options.connect().await?;
+        if access == Access::Create {
+            sqlx::query(SCHEMA).execute(&mut conn).await?;
+        }
+        Ok(conn)
+    }
+
+    async fn read(conn: &mut SqliteConnection, lock: &str) -> std::result::Result<LockRecord, sqlx::Error> {
+        let row = sqlx::query("SELECT holder, token, boot_id, expires_ns, acquired_unix_ms FROM leaderrun_locks WHERE name = ?1")
+            .bind(lock)
+            .fetch_optional(&mut *conn)
+            .await;
+        let row = match row {
+            Ok(row) => row,
+            Err(err) if no_table(&err) => None,
+            Err(err) => return Err(err),
+        };
+        Ok(match row {
+            Some(row) => record_from(lock.to_string(), &row),
+            None => LockRecord::free(lock),
+        })
+    }
+}
+
+fn no_table(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.message().contains("no such table"))
+}
+
+fn record_from(lock: String, row: &sqlx::sqlite::SqliteRow) -> LockRecord {
+    let holder: Option<String> = row.get("holder");
+    let token: i64 = row.get("token");
+    let row_boot: String = row.get("boot_id");
+    let expires_ns: i64 = row.get("expires_ns");
+    let acquired_unix_ms: i64 = row.get("acquired_unix_ms");
+    let left = expires_ns - ns(boottime());
+    let live = holder.is_some() && row_boot == boot_id() && left > 0;
+    LockRecord {
+        lock,
+        holder: holder.filter(|_| live),
+        token: token as u64,
+        held_since: live.then(|| UNIX_EPOCH + Duration::from_millis(acquired_unix_ms as u64)),
+        expires_in: live.then(|| Duration::from_nanos(left as u64)),
+    }
+}
+
+impl StoreError {
+    fn into_refused(self) -> Self {
+        StoreError::refused(self.message)
+    }
+}
+
+/// Run `$body` with the connection, or answer `$empty` when the file does not exist.
+macro_rules! with_conn {
+    ($self:ident, $conn:ident, $empty:expr, $body:expr) => {{
+        match &$self.conn {
+            None => Ok($empty),
+            Some(mutex) => {
+                let mut guard = mutex.lock().await;
+                let $conn: &mut SqliteConnection = &mut guard;
+                let result: std::result::Result<_, sqlx::Error> = $body;
+                result.map_err(|e| store_error(&$self.path, e))
+            }
+        }
+    }};
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        let now = boottime();
+        with_conn!(self, conn, Acquire::Held(LockRecord::free(lock)), async {
+            let won = sqlx::query(
+                "INSERT INTO leaderrun_locks (name, holder, token, boot_id, acquired_ns, expires_ns, acquired_unix_ms)
+                 VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(name) DO UPDATE SET
+                    holder = excluded.holder, token = leaderrun_locks.token + 1, boot_id = excluded.boot_id,
+                    acquired_ns = excluded.acquired_ns, expires_ns = excluded.expires_ns,
+                    acquired_unix_ms = excluded.acquired_unix_ms
+                 WHERE leaderrun_locks.holder IS NULL
+                    OR leaderrun_locks.boot_id <> excluded.boot_id
+                    OR leaderrun_locks.expires_ns <= excluded.acquired_ns
+                 RETURNING token",
+            )
+            .bind(lock)
+            .bind(identity)
+            .bind(boot_id())
+            .bind(ns(now))
+            .bind(ns(now + ttl))
+            .bind(unix_ms_now())
+            .fetch_optional(&mut *conn)
+            .await?;
+            Ok(match won {
+                Some(row) => Acquire::Won(Lease {
+                    lock: lock.to_string(),
+                    identity: identity.to_string(),
+                    token: row.get::<i64, _>("token") as u64,
+                }),
+                None => Acquire::Held(Self::read(conn, lock).await?),
+            })
+        }
+        .await)
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        let now = boottime();
+        with_conn!(self, conn, Renew::Lost(None), async {
+            let done = sqlx::query(
+                "UPDATE leaderrun_locks SET expires_ns = ?1
+                 WHERE name = ?2 AND token = ?3 AND holder = ?4 AND boot_id = ?5",
+            )
+            .bind(ns(now + ttl))
+            .bind(&lease.lock)
+            .bind(lease.token as i64)
+            .bind(&lease.identity)
+            .bind(boot_id())
+            .execute(&mut *conn)
+            .await?;
+            Ok(if done.rows_affected() == 1 {
+                Renew::Renewed
+            } else {
+                Renew::Lost(Some(Self::read(conn, &lease.lock).await?))
+            })
+        }
+        .await)
+    }
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        let now = boottime();
+        with_conn!(self, conn, (), async {
+            sqlx::query(
+                "UPDATE leaderrun_locks SET
+                    holder = CASE WHEN acquired_ns + ?1 > ?2 THEN holder ELSE NULL END,
+                    expires_ns = CASE WHEN acquired_ns + ?1 > ?2 THEN acquired_ns + ?1 ELSE 0 END
+                 WHERE name = ?3 AND token = ?4 AND holder = ?5",
+            )
+            .bind(ns(keep))
+            .bind(ns(now))
+            .bind(&lease.lock)
+            .bind(lease.token as i64)
+            .bind(&lease.identity)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        }
+        .await)
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockRecord> {
+        with_conn!(self, conn, LockRecord::free(lock), Self::read(conn, lock).await)
+    }
+
+    async fn list(&self) -> Result<Vec<LockRecord>> {
+        with_conn!(self, conn, Vec::new(), async {
+            let rows = sqlx::query("SELECT name, holder, token, boot_id, expires_ns, acquired_unix_ms FROM leaderrun_locks ORDER BY name")
+                .fetch_all(&mut *conn)
+                .await;
+            match rows {
+                Ok(rows) => Ok(rows.iter().map(|row| record_from(row.get("name"), row)).collect()),
+                Err(err) if no_table(&err) => Ok(Vec::new()),
+                Err(err) => Err(err),
+            }
+        }
+        .await)
+    }
+
+    async fn force_release(&self, lock: &str) -> Result<Option<LockRecord>> {
+        with_conn!(self, conn, None, async {
+            loop {
+                let before = Self::read(conn, lock).await?;
+                if !before.is_held() {
+                    return Ok(None);
+                }
+                // Compare-and-set on the token read, so a lease taken in between is left alone.
+                let done = sqlx::query(
+                    "UPDATE leaderrun_locks SET holder = NULL, expires_ns = 0
+                     WHERE name = ?1 AND token = ?2 AND holder IS NOT NULL",
+                )
+                .bind(lock)
+                .bind(before.token as i64)
+                .execute(&mut *conn)
+                .await?;
+                if done.rows_affected() == 1 {
+                    return Ok(Some(before));
+                }
+            }
+        }
+        .await)
+    }
+
+    async fn changed(&self, lock: &str, max_wait: Duration) {
+        let started = tokio::time::Instant::now();
+        loop {
+            let jittered = POLL.mul_f64(rand::rng().random_range(0.5..1.5));
+            let left = max_wait.saturating_sub(started.elapsed());
+            tokio::time::sleep(jittered.min(left)).await;
+            if started.elapsed() >= max_wait {
+                return;
+            }
+            // A cheap read: only a lock that looks free is worth an acquire (a write).
+            match self.status(lock).await {
+                Ok(record) if record.is_held() => continue,
+                _ => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Choosing a store from `--store URL`, and showing a URL without its password.
+
+use std::path::{Path, PathBuf};
+
+use super::{Store, StoreError};
+
+/// A parsed `--store`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// An SQLite file; `default` when no --store was given.
+    Sqlite { path: PathBuf, default: bool },
+}
+
+/// The schemes this build knows, for error messages.
+pub const SCHEMES: &[&str] = &["sqlite"];
+
+/// Parse `--store`. `None` picks the embedded default file in `state_dir`.
+pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
+    let Some(url) = url else {
+        return Ok(StoreSpec::Sqlite { path: state_dir()?.join("leaderrun.db"), default: true });
+    };
+    let shown = redact(url);
+    let Some((scheme, rest)) = url.split_once(':') else {
+        return Err(format!("--store {shown:?} is not a URL (expected e.g. sqlite:///path/to/file.db)"));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "sqlite" => {
+            // sqlite:///abs/path, sqlite://rel/path and sqlite:path all name a file.
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            let path = path.split_once('?').map_or(path, |(p, _)| p);
+            if path.is_empty() || path.ends_with('/') {
+                return Err(format!("--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"));
+            }
+            Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false })
+        }
+        other => Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
+    }
+}
+
+/// The state directory for the embedded store: $XDG_STATE_HOME/leaderrun, else
+/// ~/.local/state/leaderrun; /var/lib/leaderrun for root.
+pub fn default_state_dir() -> Result<PathBuf, String> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(PathBuf::from("/var/lib/leaderrun"));
+    }
+    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").and_then(absolute) {
+        return Ok(dir.join("leaderrun"));
+    }
+    match std::env::var_os("HOME").and_then(absolute) {
+        Some(home) => Ok(home.join(".local/state/leaderrun")),
+        None => Err("no state directory: neither XDG_STATE_HOME nor HOME is set; give --store sqlite:///path/to/file.db".into()),
+    }
+}
+
+/// Whether the command may create the store (a run) or only look at it
+/// (`status`, `list`, `release` never create an empty store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Create,
+    Existing,
+}
+
+/// Open the store a spec names.
+pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, StoreError> {
+    match spec {
+        #[cfg(feature = "sqlite")]
+        StoreSpec::Sqlite { path, default } => {
+            if *default && access == Access::Create {
+                create_state_dir(path.parent().unwrap_or(Path::new(".")))?;
+            }
+            Ok(Box::new(super::sqlite::SqliteStore::open(path, access).await?))
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(StoreError::refused("this store is not compiled into this build of leaderrun")),
+    }
+}
+
+fn create_state_dir(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| StoreError::refused(format!("cannot create state directory {}: {e}", dir.display())))
+}
+
+/// `url` with any password replaced by `***`, safe to print or log.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_string() };
+            let tail = redact_query(tail);
+            format!("{scheme}://{masked}@{host}{tail}")
+        }
+        None => format!("{scheme}://{authority}{}", redact_query(tail)),
+    }
+}
+
+/// Mask `password=` style query parameters too.
+fn redact_query(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_string();
+    };
+    let masked: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if k.to_ascii_lowercase().contains("pass") || k.eq_ignore_ascii_case("token") => format!("{k}=***"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{path}?{}", masked.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_state() -> Result<PathBuf, String> {
+        Ok(PathBuf::from("/state"))
+    }
+
+    #[test]
+    fn sqlite_urls() {
+        let p = |u| parse(Some(u), no_state).unwrap();
+        assert_eq!(p("sqlite:///a/b.db"), StoreSpec::Sqlite { path: "/a/b.db".into(), default: false });
+        assert_eq!(p("sqlite://rel/b.db"), StoreSpec::Sqlite { path: "rel/b.db".into(), default: false });
+        assert_eq!(p("sqlite:b.db"), StoreSpec::Sqlite { path: "b.db".into(), default: false });
+        assert_eq!(parse(None, no_state).unwrap(), StoreSpec::Sqlite { path: "/state/leaderrun.db".into(), default: true });
+        assert!(parse(Some("sqlite://"), no_state).unwrap_err().contains("names no file"));
+    }
+
+    #[test]
+    fn unknown_scheme_names_it_without_the_password() {
+        let err = parse(Some("zookeepr://u:hunter2@h/x"), no_state).unwrap_err();
+        assert!(err.contains("\"zookeepr\""), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let err = parse(Some("not a url"), no_state).unwrap_err();
+        assert!(err.contains("not a URL"), "{err}");
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("postgres://u:hunter2@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("redis://:p%40ss@h"), "redis://:***@h");
+        assert_eq!(redact("postgres://h/db?user=u&password=hunter2"), "postgres://h/db?user=u&password=***");
+        assert_eq!(redact("sqlite:///a/b.db"), "sqlite:///a/b.db");
+    }
+}
