@@ -31,42 +31,113 @@ By default the lease lives in an embedded SQLite file in the user's state direct
 ($XDG_STATE_HOME/leaderrun, else ~/.local/state/leaderrun; /var/lib/leaderrun for root), \
 which serves the processes of one host the way flock(1) does.";
 
-const AFTER_LONG_HELP: &str = "\
-EXIT STATUS:
-  c        the child exited with status c (0-255): the child's status is passed through
-  128+n    the child was killed by signal n (SIGKILL gives 137), or leaderrun itself got
-           signal n while still waiting for the lease
-  0        another holder has the lease (one-shot), or --wait --timeout ran out; change it
-           with -E/--conflict-exit-code
-  2        bad usage or configuration (a message names the flag or rule); nothing was
-           written to the store
-  69       the store could not be reached, opened or used before the child started
-  70       internal error (the watchdog could not be started); the child was not started
-  75       the lease was lost while the child ran (taken by another holder, force-released,
-           or not renewed in time); the child was stopped
-  126      COMMAND was found but could not be executed
-  127      COMMAND was not found
+/// Exit statuses: (status, meaning). Shown by `--help` and as the man page's EXIT STATUS.
+pub const EXIT_STATUS: &[(&str, &str)] = &[
+    ("c", "The child exited with status c: the child's status is passed through."),
+    ("128+n", "The child was killed by signal n (a SIGKILLed child gives 137), or leaderrun itself got signal n while still waiting for the lease."),
+    ("0 (-E)", "Another holder has the lease (one-shot), or --wait --timeout ran out. Change it with -E/--conflict-exit-code."),
+    ("2", "Bad usage or configuration; one line names the flag or the rule. Nothing was written to the store."),
+    ("69", "The store could not be reached, opened or used before the child started."),
+    ("70", "Internal error (the watchdog could not be started); the child was not started."),
+    ("75", "The lease was lost while the child ran (taken by another holder, force-released, or not renewed in time); the child was stopped."),
+    ("126", "COMMAND was found but could not be executed."),
+    ("127", "COMMAND was not found."),
+    ("1", "From leaderrun status: the lock is free (0: held). From leaderrun release: the lock was not held (0: released)."),
+];
 
-  leaderrun status: 0 held, 1 free. leaderrun release: 0 released, 1 was not held.
+/// Variables leaderrun sets for the child: (name, meaning).
+pub const CHILD_ENVIRONMENT: &[(&str, &str)] = &[
+    ("LEADERRUN_LOCK", "The lock name."),
+    ("LEADERRUN_IDENTITY", "This run's identity."),
+    ("LEADERRUN_FENCING_TOKEN", "An integer that strictly increases with every acquisition of this lock name. Pass it to whatever the child writes so that stale writers can be refused."),
+];
 
-SAFETY CONTRACT:
-  Assuming the store's compare-and-set is linearizable and never rolls back an acknowledged
-  write, elapsed-time clocks run within 1% of real time, and leaderrun is not frozen
-  together with its child for longer than the margin, at most one child process tree runs
-  at any moment for one lock name. The local deadline is anchored at the moment a renewal
-  is SENT and moves only on a confirmed success; the child's process group gets --signal at
-  deadline minus --kill-after and SIGKILL at the deadline. An independent watchdog process
-  enforces the deadline even if leaderrun itself is killed (SIGKILL) or stopped (SIGSTOP).
-  Each acquisition carries a fencing token (LEADERRUN_FENCING_TOKEN) that strictly increases;
-  pass it to what the child writes so that stale writers can be refused.
+/// Said once, after the child's variables.
+pub const CHILD_ENVIRONMENT_NOTE: &str = "These always override inherited variables of the same names. \
+Because of that, --lock and --identity are never read from the environment: a nested leaderrun \
+would otherwise silently inherit its parent's lock. Every other option can be set by the \
+LEADERRUN_* variable named in its description.";
 
-CHILD ENVIRONMENT:
-  LEADERRUN_LOCK           the lock name
-  LEADERRUN_IDENTITY       this run's identity
-  LEADERRUN_FENCING_TOKEN  strictly increasing integer, one per acquisition of the lock
-  These always override inherited variables of the same names. Because of that, --lock and
-  --identity are never read from the environment: a nested leaderrun would otherwise
-  silently inherit its parent's lock.";
+/// The safety contract, in paragraphs.
+pub const SAFETY_CONTRACT: &[&str] = &[
+    "Assuming the store's compare-and-set is linearizable and never rolls back a write it acknowledged, \
+every machine's elapsed-time clock runs within 1% of real time, and leaderrun is not frozen together \
+with its child for longer than the margin (a VM pause freezes both: only the fencing token covers \
+that), at most one child process tree runs at any moment for one lock name.",
+    "leaderrun reads its clock (CLOCK_BOOTTIME) just before it sends an acquire or renew request; only a \
+confirmed success moves its deadline, to that instant + ttl x 0.98 - 100ms. A renewal that times out, \
+fails or is ambiguous never moves it. The child's process group gets --signal at deadline - --kill-after \
+and SIGKILL at the deadline; when the store says the lease is someone else's, --signal goes at once.",
+    "A separate watchdog process enforces the deadline even when leaderrun itself is SIGKILLed, crashes or \
+is SIGSTOPped. When the child exits, what is left of its process group is stopped too before the lease \
+is released. A process that leaves the group (setsid, double fork into a new group) escapes both.",
+];
+
+/// Typical command lines: (command, what it does).
+pub const EXAMPLES: &[(&str, &str)] = &[
+    ("leaderrun --lock nightly-report -- ./report.sh", "In cron on every host: one host runs each firing, the others exit 0 without a word."),
+    ("leaderrun --lock deploy --wait --timeout 10m -- ./deploy", "CI pipelines take turns; the one whose turn never came exits with -E's status."),
+    ("leaderrun --lock billing --wait -- ./worker", "N replicas stand by; one runs; another takes over within about --ttl if it dies, within milliseconds if it exits."),
+    ("leaderrun status --lock billing", "Who holds it, with which fencing token, since when, for how much longer."),
+    ("leaderrun release --lock billing", "Make the holder stand down: its child is stopped at its next renewal."),
+];
+
+/// The sections above, laid out for `--help` (wrapped here: clap would not keep the indent).
+fn after_long_help() -> String {
+    let mut text = String::from("Exit status:\n");
+    for (status, meaning) in EXIT_STATUS {
+        text.push_str(&hanging(&format!("  {status:<9}"), meaning));
+    }
+    text.push_str("\nChild environment:\n");
+    for (name, meaning) in CHILD_ENVIRONMENT {
+        text.push_str(&hanging(&format!("  {name:<25}"), meaning));
+    }
+    text.push_str(&hanging("  ", CHILD_ENVIRONMENT_NOTE));
+    text.push_str("\nSafety contract:\n");
+    for paragraph in SAFETY_CONTRACT {
+        text.push_str(&hanging("  ", paragraph));
+    }
+    text.push_str("\nExamples:\n");
+    for (command, what) in EXAMPLES {
+        text.push_str(&format!("  {command}\n"));
+        text.push_str(&hanging("      ", what));
+    }
+    text
+}
+
+/// `lead` then `body` wrapped at 90 columns, continuation lines indented to `lead`'s width.
+fn hanging(lead: &str, body: &str) -> String {
+    const WIDTH: usize = 90;
+    let indent = lead.chars().count().max(2);
+    let mut out = String::new();
+    let mut line = lead.to_string();
+    let mut len = line.chars().count();
+    let mut fresh = true;
+    if len > indent {
+        line.push(' ');
+        len += 1;
+    }
+    for word in body.split_whitespace() {
+        let w = word.chars().count();
+        if !fresh && len + 1 + w > WIDTH {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = " ".repeat(indent);
+            len = indent;
+            fresh = true;
+        }
+        if !fresh {
+            line.push(' ');
+            len += 1;
+        }
+        line.push_str(word);
+        len += w;
+        fresh = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
 
 /// `leaderrun [OPTIONS] --lock NAME -- COMMAND [ARGS...]`, or one of the subcommands.
 #[derive(Debug, Parser)]
@@ -75,7 +146,7 @@ CHILD ENVIRONMENT:
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_long_help = AFTER_LONG_HELP,
+    after_long_help = after_long_help(),
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     override_usage = "leaderrun [OPTIONS] --lock <NAME> [--] <COMMAND> [ARGS]...\n       leaderrun <status|list|release> [OPTIONS]"

@@ -1,0 +1,74 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_leaderrun_global_optspecs
+    string join \n lock= store= v/verbose q/quiet log-format= wait timeout= min-hold= ttl= renew-every= kill-after= signal= identity= E/conflict-exit-code= h/help V/version
+end
+
+function __fish_leaderrun_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_leaderrun_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_leaderrun_using_subcommand
+    set -l cmd (__fish_leaderrun_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l store -d 'Store holding the leases, as a URL' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
+json\t'One JSON object per line'"
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l timeout -d 'With --wait: give up after this long, exit with --conflict-exit-code' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l min-hold -d 'Keep the lease taken until this long after it was acquired, even if the child exits sooner, so a host whose cron fires a little late does not run the same firing again. leaderrun does not linger for it: it rewrites the lease\'s expiry and exits. Default: 10s in one-shot mode, 0 with --wait' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l ttl -d 'Lease duration. A holder that cannot renew for this long loses the lease; a standby takes over about this long after a holder dies' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l renew-every -d 'How often the holder renews the lease. Default: a third of --ttl' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l kill-after -d 'Grace between the stop signal and SIGKILL, when the child must stop (lease about to lapse, lease lost, or leaderrun got SIGINT/SIGTERM)' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l signal -d 'Signal that asks the child\'s process group to stop (name or number: TERM, SIGINT, 15)' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l identity -d 'This run\'s identity as shown by `leaderrun status`. Default: HOST:PID:RANDOM' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lease is held by another (one-shot) or --timeout runs out' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -s q -l quiet -d 'Say only errors. By default leaderrun prints nothing unless something went wrong (a lost conflict is not wrong), so it stays quiet in cron'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l wait -d 'Campaign until elected instead of trying once'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -s V -l version -d 'Print version'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "status" -d 'Show who holds a lock: holder identity, fencing token, held since, expires in'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "list" -d 'List every lock in the store, held or free'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "release" -d 'Force the holder of a lock to stand down'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l store -d 'Store holding the leases, as a URL' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
+json\t'One JSON object per line'"
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -s q -l quiet -d 'Say only errors. By default leaderrun prints nothing unless something went wrong (a lost conflict is not wrong), so it stays quiet in cron'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l json -d 'Print the result as JSON on stdout'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -l store -d 'Store holding the leases, as a URL' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
+json\t'One JSON object per line'"
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -s q -l quiet -d 'Say only errors. By default leaderrun prints nothing unless something went wrong (a lost conflict is not wrong), so it stays quiet in cron'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -l json -d 'Print the result as JSON on stdout'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l store -d 'Store holding the leases, as a URL' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
+json\t'One JSON object per line'"
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s q -l quiet -d 'Say only errors. By default leaderrun prints nothing unless something went wrong (a lost conflict is not wrong), so it stays quiet in cron'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l json -d 'Print the result as JSON on stdout'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "status" -d 'Show who holds a lock: holder identity, fencing token, held since, expires in'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "list" -d 'List every lock in the store, held or free'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "release" -d 'Force the holder of a lock to stand down'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
