@@ -53,7 +53,8 @@ pub const CHILD_ENVIRONMENT: &[(&str, &str)] = &[
 ];
 
 /// Said once, after the child's variables.
-pub const CHILD_ENVIRONMENT_NOTE: &str = "These always override inherited variables of the same names. \
+pub const CHILD_ENVIRONMENT_NOTE: &str =
+    "These always override inherited variables of the same names. \
 Because of that, --lock and --identity are never read from the environment: a nested leaderrun \
 would otherwise silently inherit its parent's lock. Every other option can be set by the \
 LEADERRUN_* variable named in its description.";
@@ -223,7 +224,12 @@ pub struct CommonArgs {
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),
     /// created on first use. sqlite:///path/to/file.db names another file; the SQLite
     /// store serves one host only (never put it on a network filesystem).
-    #[arg(long, value_name = "URL", env = "LEADERRUN_STORE", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "LEADERRUN_STORE",
+        hide_env_values = true
+    )]
     pub store: Option<String>,
 
     /// Say more: -v logs each step (elected, renewed, released), -vv debug detail.
@@ -310,11 +316,21 @@ pub struct RunArgs {
     pub identity: Option<String>,
 
     /// Exit status when the lease is held by another (one-shot) or --timeout runs out.
-    #[arg(short = 'E', long, value_name = "N", default_value_t = 0, env = "LEADERRUN_CONFLICT_EXIT_CODE")]
+    #[arg(
+        short = 'E',
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        env = "LEADERRUN_CONFLICT_EXIT_CODE"
+    )]
     pub conflict_exit_code: u8,
 
     /// The command to run while holding the lease, and its arguments. Put `--` before it.
-    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -325,7 +341,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("empty duration (write e.g. 15s, 1500ms, 2m)".into());
     }
     if trimmed.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("'{trimmed}' has no unit (write e.g. {trimmed}s or {trimmed}ms)"));
+        return Err(format!(
+            "'{trimmed}' has no unit (write e.g. {trimmed}s or {trimmed}ms)"
+        ));
     }
     humantime::parse_duration(trimmed)
         .map_err(|e| format!("'{trimmed}' is not a duration ({e}; write e.g. 15s, 1500ms, 2m)"))
@@ -343,7 +361,11 @@ pub fn command() -> clap::Command {
 /// What parsing produced: a parsed command line, or what to print and the status to exit with.
 pub enum Parsed {
     Cli(Box<Cli>),
-    Exit { message: String, to_stdout: bool, code: u8 },
+    Exit {
+        message: String,
+        to_stdout: bool,
+        code: u8,
+    },
 }
 
 /// Parse the command line; turn clap's multi-line errors into one line.
@@ -357,12 +379,22 @@ where
         Err(err) => {
             use clap::error::ErrorKind::*;
             match err.kind() {
-                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand => Parsed::Exit {
-                    message: err.render().to_string(),
-                    to_stdout: !matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand),
-                    code: if matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand) { exit::USAGE } else { 0 },
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand => {
+                    Parsed::Exit {
+                        message: err.render().to_string(),
+                        to_stdout: !matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand),
+                        code: if matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand) {
+                            exit::USAGE
+                        } else {
+                            0
+                        },
+                    }
+                }
+                _ => Parsed::Exit {
+                    message: one_line(&err.render().to_string()),
+                    to_stdout: false,
+                    code: exit::USAGE,
                 },
-                _ => Parsed::Exit { message: one_line(&err.render().to_string()), to_stdout: false, code: exit::USAGE },
             }
         }
     }

@@ -53,7 +53,9 @@ pub struct TokioClock {
 
 impl TokioClock {
     pub fn new() -> Self {
-        Self { origin: tokio::time::Instant::now() }
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
     }
 }
 

@@ -76,7 +76,9 @@ enum Stopping {
     Expiring,
 }
 
-type Pending<T> = Pin<Box<dyn Future<Output = Result<crate::store::Result<T>, tokio::time::error::Elapsed>> + Send>>;
+type Pending<T> = Pin<
+    Box<dyn Future<Output = Result<crate::store::Result<T>, tokio::time::error::Elapsed>> + Send>,
+>;
 
 pub struct Elector {
     store: Arc<dyn Store>,
@@ -86,8 +88,18 @@ pub struct Elector {
 }
 
 impl Elector {
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, election: Election, signals: UnboundedReceiver<Signal>) -> Self {
-        Self { store, clock, election, signals }
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        election: Election,
+        signals: UnboundedReceiver<Signal>,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            election,
+            signals,
+        }
     }
 
     /// Campaign, then run the payload while leading.
@@ -120,7 +132,9 @@ impl Elector {
             let sent = self.now();
             let store = self.store.clone();
             let (lock, identity) = (self.election.lock.clone(), self.election.identity.clone());
-            let attempt = timeout(timing.request_timeout(), async move { store.acquire(&lock, &identity, timing.ttl).await });
+            let attempt = timeout(timing.request_timeout(), async move {
+                store.acquire(&lock, &identity, timing.ttl).await
+            });
             let result = tokio::select! {
                 result = attempt => result,
                 Some(signal) = self.signals.recv() => return Err(Outcome::Interrupted(signal)),
@@ -131,7 +145,10 @@ impl Elector {
                         return Ok((lease, sent));
                     }
                     // The answer came too late to leave the payload any time: give it back.
-                    tracing::warn!(token = lease.token, "the store took too long to grant the lease; giving it back");
+                    tracing::warn!(
+                        token = lease.token,
+                        "the store took too long to grant the lease; giving it back"
+                    );
                     self.release(&lease, Duration::ZERO).await;
                     StoreError::unavailable("the store answered too slowly to grant a usable lease")
                 }
@@ -139,8 +156,12 @@ impl Elector {
                     if one_shot {
                         return Err(Outcome::Conflict(Some(record)));
                     }
-                    tracing::debug!(holder = record.holder.as_deref().unwrap_or("-"), "lock is held; waiting");
-                    let recheck = give_up.map_or(RECHECK, |t| t.saturating_sub(self.now()).min(RECHECK));
+                    tracing::debug!(
+                        holder = record.holder.as_deref().unwrap_or("-"),
+                        "lock is held; waiting"
+                    );
+                    let recheck =
+                        give_up.map_or(RECHECK, |t| t.saturating_sub(self.now()).min(RECHECK));
                     let store = self.store.clone();
                     let lock = self.election.lock.clone();
                     tokio::select! {
@@ -275,7 +296,7 @@ impl Elector {
         payload.finish();
         match stopping {
             None => {
-                tracing::info!(?exit, "child exited; releasing");
+                tracing::info!(status = exit.status(), "child exited; releasing");
                 self.release(&lease, timing.min_hold).await;
                 Outcome::Exited(exit)
             }
@@ -289,16 +310,26 @@ impl Elector {
             }
             Some(Stopping::Expiring) => {
                 self.release(&lease, Duration::ZERO).await;
-                Outcome::LeaseLost { exit, why: "the lease could not be renewed in time".into() }
+                Outcome::LeaseLost {
+                    exit,
+                    why: "the lease could not be renewed in time".into(),
+                }
             }
         }
     }
 
     /// Best effort: the lease expires by itself if this does not reach the store.
     async fn release(&self, lease: &Lease, keep: Duration) {
-        match timeout(self.timing().request_timeout(), self.store.release(lease, keep)).await {
+        match timeout(
+            self.timing().request_timeout(),
+            self.store.release(lease, keep),
+        )
+        .await
+        {
             Ok(Ok(())) => tracing::debug!(token = lease.token, ?keep, "released"),
-            Ok(Err(err)) => tracing::warn!("could not release the lease (it will expire by itself): {err}"),
+            Ok(Err(err)) => {
+                tracing::warn!("could not release the lease (it will expire by itself): {err}")
+            }
             Err(_) => tracing::warn!("releasing the lease timed out (it will expire by itself)"),
         }
     }

@@ -1,22 +1,25 @@
 //! The child: spawned in a process group of its own, signalled as a group,
 //! guarded by the watchdog. Knows nothing of stores.
 
+pub mod group;
 pub mod signals;
+mod terminal;
 pub mod watchdog;
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::{access, AccessFlags, Pid};
 use tokio::sync::oneshot;
 
 use crate::payload::{ChildExit, Payload, StartError};
 use crate::store::Lease;
+use group::ProcessGroup;
 use watchdog::Watchdog;
 
 /// The command to run, resolved before any lease is taken.
@@ -49,16 +52,31 @@ impl CommandSpec {
                 return Err(StartError::NotFound(shown));
             }
             check(&path).map_err(|why| StartError::NotExecutable(shown.clone(), why))?;
-            return Ok(Self { program, path, args });
+            return Ok(Self {
+                program,
+                path,
+                args,
+            });
         }
-        let search = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+        let search = std::env::var_os("PATH")
+            .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
         let mut refused = None;
         for dir in std::env::split_paths(&search) {
-            let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+            let dir = if dir.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                dir
+            };
             let candidate = dir.join(&program);
             if candidate.is_file() {
                 match check(&candidate) {
-                    Ok(()) => return Ok(Self { program, path: candidate, args }),
+                    Ok(()) => {
+                        return Ok(Self {
+                            program,
+                            path: candidate,
+                            args,
+                        })
+                    }
                     Err(why) => refused = refused.or(Some(why)),
                 }
             }
@@ -79,19 +97,26 @@ pub struct Supervisor {
 }
 
 struct Running {
-    pgid: Pid,
+    group: ProcessGroup,
     watchdog: Watchdog,
     exit: oneshot::Receiver<ChildExit>,
     ended: Option<ChildExit>,
+    /// leaderrun handed its terminal to the child and takes it back at the end.
+    terminal: bool,
 }
 
 impl Supervisor {
     pub fn new(command: CommandSpec, stop: Signal, kill_after: Duration) -> Self {
-        Self { command, stop, kill_after, running: None }
+        Self {
+            command,
+            stop,
+            kill_after,
+            running: None,
+        }
     }
 
-    fn group(&self) -> Option<Pid> {
-        self.running.as_ref().map(|r| r.pgid)
+    fn group(&self) -> Option<ProcessGroup> {
+        self.running.as_ref().map(|r| r.group)
     }
 }
 
@@ -110,9 +135,24 @@ impl Payload for Supervisor {
         let mut watchdog = Watchdog::spawn(self.stop, self.kill_after, deadline)
             .map_err(|e| StartError::Internal(format!("cannot start the watchdog: {e}")))?;
         let mut command = tokio::process::Command::new(&self.command.path);
-        command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
+        command
+            .arg0(&self.command.program)
+            .args(&self.command.args)
+            .process_group(0)
+            .kill_on_drop(false);
         for (name, value) in env_overrides(lease) {
             command.env(name, value);
+        }
+        let terminal = terminal::in_foreground();
+        if terminal {
+            // SAFETY: runs between fork and exec; take_foreground makes only
+            // async-signal-safe system calls.
+            unsafe {
+                command.pre_exec(|| {
+                    let _ = terminal::take_foreground();
+                    Ok(())
+                });
+            }
         }
         let child = match command.spawn() {
             Ok(child) => child,
@@ -125,11 +165,17 @@ impl Payload for Supervisor {
                 });
             }
         };
-        let pgid = Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0));
-        watchdog.guard(pgid);
+        let group = ProcessGroup::new(Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0)));
+        watchdog.guard(group.id());
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(reap(child, pgid, self.stop, self.kill_after, tx));
-        self.running = Some(Running { pgid, watchdog, exit: rx, ended: None });
+        tokio::spawn(reap(child, group, self.stop, self.kill_after, tx));
+        self.running = Some(Running {
+            group,
+            watchdog,
+            exit: rx,
+            ended: None,
+            terminal,
+        });
         Ok(())
     }
 
@@ -140,8 +186,8 @@ impl Payload for Supervisor {
     }
 
     fn signal(&mut self, signal: Signal) {
-        if let Some(pgid) = self.group() {
-            let _ = killpg(pgid, signal);
+        if let Some(group) = self.group() {
+            group.signal(signal);
         }
     }
 
@@ -156,7 +202,9 @@ impl Payload for Supervisor {
         if let Some(ended) = running.ended {
             return ended;
         }
-        let ended = (&mut running.exit).await.unwrap_or(ChildExit::Signal(Signal::SIGKILL as i32));
+        let ended = (&mut running.exit)
+            .await
+            .unwrap_or(ChildExit::Signal(Signal::SIGKILL as i32));
         running.ended = Some(ended);
         ended
     }
@@ -164,13 +212,22 @@ impl Payload for Supervisor {
     fn finish(&mut self) {
         if let Some(running) = &mut self.running {
             running.watchdog.finish();
+            if running.terminal {
+                let _ = terminal::take_foreground();
+            }
         }
     }
 }
 
 /// Wait for the child, then make sure nothing of its process group outlives it:
 /// a background job left behind would otherwise run on after the lease is released.
-async fn reap(mut child: tokio::process::Child, pgid: Pid, stop: Signal, kill_after: Duration, tx: oneshot::Sender<ChildExit>) {
+async fn reap(
+    mut child: tokio::process::Child,
+    group: ProcessGroup,
+    stop: Signal,
+    kill_after: Duration,
+    tx: oneshot::Sender<ChildExit>,
+) {
     let ended = match child.wait().await {
         Ok(status) => match (status.code(), status.signal()) {
             (Some(code), _) => ChildExit::Code(code),
@@ -179,22 +236,16 @@ async fn reap(mut child: tokio::process::Child, pgid: Pid, stop: Signal, kill_af
         },
         Err(_) => ChildExit::Code(1),
     };
-    if killpg(pgid, None).is_ok() {
-        tracing::info!(pgid = pgid.as_raw(), "the child exited but its process group lives on; stopping it");
-        let _ = killpg(pgid, stop);
-        let started = tokio::time::Instant::now();
-        while killpg(pgid, None).is_ok() && started.elapsed() < kill_after {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let _ = killpg(pgid, Signal::SIGKILL);
-        while killpg(pgid, None).is_ok() && started.elapsed() < kill_after + Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    if group.alive() {
+        tracing::info!(
+            pgid = group.id().as_raw(),
+            "the child exited but its process group lives on; stopping it"
+        );
+        group.signal(stop);
+        if !group.wait_gone(kill_after).await {
+            group.signal(Signal::SIGKILL);
+            group.wait_gone(Duration::from_secs(5)).await;
         }
     }
     let _ = tx.send(ended);
-}
-
-/// For messages: the command as typed.
-pub fn shown(program: &OsStr) -> String {
-    program.to_string_lossy().into_owned()
 }

@@ -20,9 +20,10 @@ use std::os::fd::AsFd;
 use std::process::{ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::group::ProcessGroup;
 use crate::clock::boottime;
 
 /// argv[1] that turns leaderrun into its own watchdog.
@@ -53,7 +54,8 @@ impl Watchdog {
             // Never block the wrapper on a stopped watchdog: a message that does not fit
             // is dropped, which can only make the watchdog act earlier, never later.
             let flags = nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_GETFL)?;
-            let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+            let flags =
+                nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
             nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_SETFL(flags))?;
         }
         let mut watchdog = Self { pipe, process };
@@ -91,7 +93,7 @@ impl Watchdog {
 struct Guard {
     stop: Signal,
     kill_after: Duration,
-    pgid: Option<Pid>,
+    group: Option<ProcessGroup>,
     deadline: Duration,
     stop_sent: bool,
     kill_sent: bool,
@@ -99,22 +101,28 @@ struct Guard {
 
 impl Guard {
     fn signal(&mut self, signal: Signal, why: &str) {
-        if let Some(pgid) = self.pgid {
-            if killpg(pgid, signal).is_ok() {
-                eprintln!("leaderrun: watchdog: {why}; sent {signal} to process group {pgid}");
+        if let Some(group) = self.group {
+            if group.alive() && group.signal(signal) {
+                eprintln!(
+                    "leaderrun: watchdog: {why}; sent {signal} to process group {}",
+                    group.id()
+                );
             }
         }
     }
 
     /// Act on the deadline; return how long until the next thing to do.
     fn tick(&mut self) -> Option<Duration> {
-        self.pgid?;
+        self.group?;
         let now = boottime();
         let stop_at = self.deadline.saturating_sub(self.kill_after);
         if !self.stop_sent && now >= stop_at {
             self.stop_sent = true;
             let stop = self.stop;
-            self.signal(stop, "the lease deadline is near and leaderrun did not renew it");
+            self.signal(
+                stop,
+                "the lease deadline is near and leaderrun did not renew it",
+            );
         }
         if !self.kill_sent && now >= self.deadline {
             self.kill_sent = true;
@@ -131,22 +139,21 @@ impl Guard {
 
     /// The wrapper is gone: stop the group now, kill it after the grace, wait until it is gone.
     fn orphaned(&mut self) {
-        let Some(pgid) = self.pgid else { return };
-        if killpg(pgid, None).is_err() {
+        let Some(group) = self.group else { return };
+        if !group.alive() {
             return;
         }
         let stop = self.stop;
         self.signal(stop, "leaderrun died");
-        let kill_at = (boottime() + self.kill_after).min(self.deadline);
-        while boottime() < kill_at && killpg(pgid, None).is_ok() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.signal(Signal::SIGKILL, "leaderrun died and the group outlived the grace");
-        for _ in 0..500 {
-            if killpg(pgid, None).is_err() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let grace = self
+            .kill_after
+            .min(self.deadline.saturating_sub(boottime()));
+        if !group.wait_gone_blocking(grace) {
+            self.signal(
+                Signal::SIGKILL,
+                "leaderrun died and the group outlived the grace",
+            );
+            group.wait_gone_blocking(Duration::from_secs(5));
         }
     }
 }
@@ -168,7 +175,7 @@ pub fn main(args: &[String]) -> u8 {
     let mut guard = Guard {
         stop: Signal::try_from(stop as i32).unwrap_or(Signal::SIGTERM),
         kill_after: Duration::from_nanos(kill_after.max(0) as u64),
-        pgid: None,
+        group: None,
         deadline: Duration::MAX,
         stop_sent: false,
         kill_sent: false,
@@ -182,7 +189,10 @@ pub fn main(args: &[String]) -> u8 {
             Some(d) => nix::poll::PollTimeout::try_from(d.as_millis().clamp(1, 60_000) as i32)
                 .unwrap_or(nix::poll::PollTimeout::MAX),
         };
-        let mut fds = [nix::poll::PollFd::new(stdin.as_fd(), nix::poll::PollFlags::POLLIN)];
+        let mut fds = [nix::poll::PollFd::new(
+            stdin.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
         match nix::poll::poll(&mut fds, timeout) {
             Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
             Ok(_) => {}
@@ -199,9 +209,16 @@ pub fn main(args: &[String]) -> u8 {
             let line: Vec<u8> = pending.drain(..=end).collect();
             let line = String::from_utf8_lossy(&line);
             let mut words = line.split_whitespace();
-            match (words.next(), words.next().and_then(|w| w.parse::<u128>().ok())) {
-                (Some("P"), Some(pgid)) => guard.pgid = Some(Pid::from_raw(pgid as i32)),
-                (Some("D"), Some(ns)) => guard.deadline = Duration::from_nanos(ns.min(u64::MAX as u128) as u64),
+            match (
+                words.next(),
+                words.next().and_then(|w| w.parse::<u128>().ok()),
+            ) {
+                (Some("P"), Some(pgid)) => {
+                    guard.group = Some(ProcessGroup::new(Pid::from_raw(pgid as i32)))
+                }
+                (Some("D"), Some(ns)) => {
+                    guard.deadline = Duration::from_nanos(ns.min(u64::MAX as u128) as u64)
+                }
                 (Some("X"), _) => return 0,
                 _ => {}
             }

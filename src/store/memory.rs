@@ -68,14 +68,26 @@ impl MemoryStore {
     pub fn steal(&self, lock: &str, holder: &str, ttl: Duration) {
         let now = self.clock.now();
         let mut rows = self.rows.lock().unwrap();
-        let row = rows.entry(lock.to_string()).or_insert(Row { holder: None, token: 0, acquired: now, expires: now });
-        *row = Row { holder: Some(holder.to_string()), token: row.token + 1, acquired: now, expires: now + ttl };
+        let row = rows.entry(lock.to_string()).or_insert(Row {
+            holder: None,
+            token: 0,
+            acquired: now,
+            expires: now,
+        });
+        *row = Row {
+            holder: Some(holder.to_string()),
+            token: row.token + 1,
+            acquired: now,
+            expires: now + ttl,
+        };
     }
 
     /// When the store would expire the lock's lease (None if free).
     pub fn expiry(&self, lock: &str) -> Option<Duration> {
         let rows = self.rows.lock().unwrap();
-        rows.get(lock).filter(|r| r.holder.is_some()).map(|r| r.expires)
+        rows.get(lock)
+            .filter(|r| r.holder.is_some())
+            .map(|r| r.expires)
     }
 
     fn log(&self, what: String) {
@@ -101,7 +113,10 @@ impl MemoryStore {
                 held_since: None,
                 expires_in: Some(r.expires - now),
             },
-            Some(r) => LockRecord { token: r.token, ..LockRecord::free(lock) },
+            Some(r) => LockRecord {
+                token: r.token,
+                ..LockRecord::free(lock)
+            },
             None => LockRecord::free(lock),
         }
     }
@@ -123,11 +138,25 @@ impl Store for MemoryStore {
         let result = {
             let mut rows = self.rows.lock().unwrap();
             let current = rows.get(lock).cloned();
-            let free = current.as_ref().is_none_or(|r| r.holder.is_none() || r.expires <= now);
+            let free = current
+                .as_ref()
+                .is_none_or(|r| r.holder.is_none() || r.expires <= now);
             if free {
                 let token = current.map_or(1, |r| r.token + 1);
-                rows.insert(lock.to_string(), Row { holder: Some(identity.to_string()), token, acquired: now, expires: now + ttl });
-                Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token })
+                rows.insert(
+                    lock.to_string(),
+                    Row {
+                        holder: Some(identity.to_string()),
+                        token,
+                        acquired: now,
+                        expires: now + ttl,
+                    },
+                );
+                Acquire::Won(Lease {
+                    lock: lock.to_string(),
+                    identity: identity.to_string(),
+                    token,
+                })
             } else {
                 Acquire::Held(self.record(lock, current.as_ref()))
             }
@@ -144,7 +173,10 @@ impl Store for MemoryStore {
         let result = {
             let mut rows = self.rows.lock().unwrap();
             match rows.get_mut(&lease.lock) {
-                Some(row) if row.token == lease.token && row.holder.as_deref() == Some(&lease.identity) => {
+                Some(row)
+                    if row.token == lease.token
+                        && row.holder.as_deref() == Some(&lease.identity) =>
+                {
                     row.expires = now + ttl;
                     Renew::Renewed
                 }
@@ -184,7 +216,10 @@ impl Store for MemoryStore {
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
         let rows = self.rows.lock().unwrap();
-        Ok(rows.iter().map(|(name, row)| self.record(name, Some(row))).collect())
+        Ok(rows
+            .iter()
+            .map(|(name, row)| self.record(name, Some(row)))
+            .collect())
     }
 
     async fn force_release(&self, lock: &str) -> Result<Option<LockRecord>> {

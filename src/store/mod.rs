@@ -45,7 +45,13 @@ impl LockRecord {
 
     /// A record for a lock the store has never seen.
     pub fn free(lock: &str) -> Self {
-        Self { lock: lock.to_string(), holder: None, token: 0, held_since: None, expires_in: None }
+        Self {
+            lock: lock.to_string(),
+            holder: None,
+            token: 0,
+            held_since: None,
+            expires_in: None,
+        }
     }
 }
 
@@ -84,10 +90,16 @@ pub struct StoreError {
 
 impl StoreError {
     pub fn unavailable(message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Unavailable, message: message.into() }
+        Self {
+            kind: ErrorKind::Unavailable,
+            message: message.into(),
+        }
     }
     pub fn refused(message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Refused, message: message.into() }
+        Self {
+            kind: ErrorKind::Refused,
+            message: message.into(),
+        }
     }
     pub fn is_transient(&self) -> bool {
         self.kind == ErrorKind::Unavailable
@@ -142,7 +154,9 @@ pub fn validate_lock_name(name: &str) -> std::result::Result<(), String> {
         return Err("--lock must not be empty".into());
     }
     if count > MAX_LOCK_NAME {
-        return Err(format!("--lock is {count} characters long; the maximum is {MAX_LOCK_NAME}"));
+        return Err(format!(
+            "--lock is {count} characters long; the maximum is {MAX_LOCK_NAME}"
+        ));
     }
     if name.chars().any(char::is_control) {
         return Err("--lock must not contain control characters (newline, tab, NUL, ...)".into());
@@ -165,9 +179,13 @@ mod tests {
         assert!(validate_lock_name(&"é".repeat(255)).is_ok());
         assert!(validate_lock_name("").unwrap_err().contains("empty"));
         assert!(validate_lock_name("   ").unwrap_err().contains("empty"));
-        assert!(validate_lock_name(&"x".repeat(256)).unwrap_err().contains("256 characters"));
+        assert!(validate_lock_name(&"x".repeat(256))
+            .unwrap_err()
+            .contains("256 characters"));
         assert!(validate_lock_name("a\nb").unwrap_err().contains("control"));
         assert!(validate_lock_name("a\0b").unwrap_err().contains("control"));
-        assert!(validate_lock_name(" a").unwrap_err().contains("white space"));
+        assert!(validate_lock_name(" a")
+            .unwrap_err()
+            .contains("white space"));
     }
 }

@@ -47,7 +47,9 @@ pub struct SqliteStore {
 fn boot_id() -> &'static str {
     static BOOT_ID: OnceLock<String> = OnceLock::new();
     BOOT_ID.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into())
     })
 }
 
@@ -56,15 +58,19 @@ fn ns(d: Duration) -> i64 {
 }
 
 fn unix_ms_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Whether an sqlx error may go away if retried (another process holds the write lock).
 fn is_busy(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::Database(db) => {
-            matches!(db.code().as_deref(), Some("5") | Some("6") | Some("517") | Some("261"))
-                || db.message().contains("locked")
+            matches!(
+                db.code().as_deref(),
+                Some("5") | Some("6") | Some("517") | Some("261")
+            ) || db.message().contains("locked")
                 || db.message().contains("busy")
         }
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
@@ -88,7 +94,10 @@ impl SqliteStore {
     /// Open (and with `Access::Create`, create) the store file.
     pub async fn open(path: &Path, access: Access) -> Result<Self> {
         if access == Access::Existing && !path.exists() {
-            return Ok(Self { conn: None, path: path.to_path_buf() });
+            return Ok(Self {
+                conn: None,
+                path: path.to_path_buf(),
+            });
         }
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -103,7 +112,12 @@ impl SqliteStore {
         let started = std::time::Instant::now();
         loop {
             match Self::connect(&options, access).await {
-                Ok(conn) => return Ok(Self { conn: Some(Mutex::new(conn)), path: path.to_path_buf() }),
+                Ok(conn) => {
+                    return Ok(Self {
+                        conn: Some(Mutex::new(conn)),
+                        path: path.to_path_buf(),
+                    })
+                }
                 Err(err) if is_busy(&err) && started.elapsed() < BUSY_TIMEOUT => {
                     let pause = rand::rng().random_range(2..20);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -113,7 +127,10 @@ impl SqliteStore {
         }
     }
 
-    async fn connect(options: &SqliteConnectOptions, access: Access) -> std::result::Result<SqliteConnection, sqlx::Error> {
+    async fn connect(
+        options: &SqliteConnectOptions,
+        access: Access,
+    ) -> std::result::Result<SqliteConnection, sqlx::Error> {
         let mut conn = options.connect().await?;
         if access == Access::Create {
             sqlx::query(SCHEMA).execute(&mut conn).await?;
@@ -121,7 +138,10 @@ impl SqliteStore {
         Ok(conn)
     }
 
-    async fn read(conn: &mut SqliteConnection, lock: &str) -> std::result::Result<LockRecord, sqlx::Error> {
+    async fn read(
+        conn: &mut SqliteConnection,
+        lock: &str,
+    ) -> std::result::Result<LockRecord, sqlx::Error> {
         let row = sqlx::query("SELECT holder, token, boot_id, expires_ns, acquired_unix_ms FROM leaderrun_locks WHERE name = ?1")
             .bind(lock)
             .fetch_optional(&mut *conn)
@@ -219,50 +239,65 @@ impl Store for SqliteStore {
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
         let now = boottime();
-        with_conn!(self, conn, Renew::Lost(None), async {
-            let done = sqlx::query(
-                "UPDATE leaderrun_locks SET expires_ns = ?1
+        with_conn!(
+            self,
+            conn,
+            Renew::Lost(None),
+            async {
+                let done = sqlx::query(
+                    "UPDATE leaderrun_locks SET expires_ns = ?1
                  WHERE name = ?2 AND token = ?3 AND holder = ?4 AND boot_id = ?5",
-            )
-            .bind(ns(now + ttl))
-            .bind(&lease.lock)
-            .bind(lease.token as i64)
-            .bind(&lease.identity)
-            .bind(boot_id())
-            .execute(&mut *conn)
-            .await?;
-            Ok(if done.rows_affected() == 1 {
-                Renew::Renewed
-            } else {
-                Renew::Lost(Some(Self::read(conn, &lease.lock).await?))
-            })
-        }
-        .await)
+                )
+                .bind(ns(now + ttl))
+                .bind(&lease.lock)
+                .bind(lease.token as i64)
+                .bind(&lease.identity)
+                .bind(boot_id())
+                .execute(&mut *conn)
+                .await?;
+                Ok(if done.rows_affected() == 1 {
+                    Renew::Renewed
+                } else {
+                    Renew::Lost(Some(Self::read(conn, &lease.lock).await?))
+                })
+            }
+            .await
+        )
     }
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
         let now = boottime();
-        with_conn!(self, conn, (), async {
-            sqlx::query(
-                "UPDATE leaderrun_locks SET
+        with_conn!(
+            self,
+            conn,
+            (),
+            async {
+                sqlx::query(
+                    "UPDATE leaderrun_locks SET
                     holder = CASE WHEN acquired_ns + ?1 > ?2 THEN holder ELSE NULL END,
                     expires_ns = CASE WHEN acquired_ns + ?1 > ?2 THEN acquired_ns + ?1 ELSE 0 END
                  WHERE name = ?3 AND token = ?4 AND holder = ?5",
-            )
-            .bind(ns(keep))
-            .bind(ns(now))
-            .bind(&lease.lock)
-            .bind(lease.token as i64)
-            .bind(&lease.identity)
-            .execute(&mut *conn)
-            .await?;
-            Ok(())
-        }
-        .await)
+                )
+                .bind(ns(keep))
+                .bind(ns(now))
+                .bind(&lease.lock)
+                .bind(lease.token as i64)
+                .bind(&lease.identity)
+                .execute(&mut *conn)
+                .await?;
+                Ok(())
+            }
+            .await
+        )
     }
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
-        with_conn!(self, conn, LockRecord::free(lock), Self::read(conn, lock).await)
+        with_conn!(
+            self,
+            conn,
+            LockRecord::free(lock),
+            Self::read(conn, lock).await
+        )
     }
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
@@ -280,27 +315,32 @@ impl Store for SqliteStore {
     }
 
     async fn force_release(&self, lock: &str) -> Result<Option<LockRecord>> {
-        with_conn!(self, conn, None, async {
-            loop {
-                let before = Self::read(conn, lock).await?;
-                if !before.is_held() {
-                    return Ok(None);
-                }
-                // Compare-and-set on the token read, so a lease taken in between is left alone.
-                let done = sqlx::query(
-                    "UPDATE leaderrun_locks SET holder = NULL, expires_ns = 0
+        with_conn!(
+            self,
+            conn,
+            None,
+            async {
+                loop {
+                    let before = Self::read(conn, lock).await?;
+                    if !before.is_held() {
+                        return Ok(None);
+                    }
+                    // Compare-and-set on the token read, so a lease taken in between is left alone.
+                    let done = sqlx::query(
+                        "UPDATE leaderrun_locks SET holder = NULL, expires_ns = 0
                      WHERE name = ?1 AND token = ?2 AND holder IS NOT NULL",
-                )
-                .bind(lock)
-                .bind(before.token as i64)
-                .execute(&mut *conn)
-                .await?;
-                if done.rows_affected() == 1 {
-                    return Ok(Some(before));
+                    )
+                    .bind(lock)
+                    .bind(before.token as i64)
+                    .execute(&mut *conn)
+                    .await?;
+                    if done.rows_affected() == 1 {
+                        return Ok(Some(before));
+                    }
                 }
             }
-        }
-        .await)
+            .await
+        )
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {

@@ -15,13 +15,21 @@ pub enum StoreSpec {
 pub const SCHEMES: &[&str] = &["sqlite"];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
-pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
+pub fn parse(
+    url: Option<&str>,
+    state_dir: impl FnOnce() -> Result<PathBuf, String>,
+) -> Result<StoreSpec, String> {
     let Some(url) = url else {
-        return Ok(StoreSpec::Sqlite { path: state_dir()?.join("leaderrun.db"), default: true });
+        return Ok(StoreSpec::Sqlite {
+            path: state_dir()?.join("leaderrun.db"),
+            default: true,
+        });
     };
     let shown = redact(url);
     let Some((scheme, rest)) = url.split_once(':') else {
-        return Err(format!("--store {shown:?} is not a URL (expected e.g. sqlite:///path/to/file.db)"));
+        return Err(format!(
+            "--store {shown:?} is not a URL (expected e.g. sqlite:///path/to/file.db)"
+        ));
     };
     match scheme.to_ascii_lowercase().as_str() {
         "sqlite" => {
@@ -29,11 +37,19 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
             let path = rest.strip_prefix("//").unwrap_or(rest);
             let path = path.split_once('?').map_or(path, |(p, _)| p);
             if path.is_empty() || path.ends_with('/') {
-                return Err(format!("--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"));
+                return Err(format!(
+                    "--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"
+                ));
             }
-            Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false })
+            Ok(StoreSpec::Sqlite {
+                path: PathBuf::from(path),
+                default: false,
+            })
         }
-        other => Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
+        other => Err(format!(
+            "--store: unknown scheme {other:?} (this build knows: {})",
+            SCHEMES.join(", ")
+        )),
     }
 }
 
@@ -69,10 +85,14 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
             if *default && access == Access::Create {
                 create_state_dir(path.parent().unwrap_or(Path::new(".")))?;
             }
-            Ok(Box::new(super::sqlite::SqliteStore::open(path, access).await?))
+            Ok(Box::new(
+                super::sqlite::SqliteStore::open(path, access).await?,
+            ))
         }
         #[allow(unreachable_patterns)]
-        _ => Err(StoreError::refused("this store is not compiled into this build of leaderrun")),
+        _ => Err(StoreError::refused(
+            "this store is not compiled into this build of leaderrun",
+        )),
     }
 }
 
@@ -82,7 +102,12 @@ fn create_state_dir(dir: &Path) -> Result<(), StoreError> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| StoreError::refused(format!("cannot create state directory {}: {e}", dir.display())))
+        .map_err(|e| {
+            StoreError::refused(format!(
+                "cannot create state directory {}: {e}",
+                dir.display()
+            ))
+        })
 }
 
 /// `url` with any password replaced by `***`, safe to print or log.
@@ -95,7 +120,11 @@ pub fn redact(url: &str) -> String {
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_string() };
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_string()
+            };
             let tail = redact_query(tail);
             format!("{scheme}://{masked}@{host}{tail}")
         }
@@ -111,7 +140,11 @@ fn redact_query(tail: &str) -> String {
     let masked: Vec<String> = query
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((k, _)) if k.to_ascii_lowercase().contains("pass") || k.eq_ignore_ascii_case("token") => format!("{k}=***"),
+            Some((k, _))
+                if k.to_ascii_lowercase().contains("pass") || k.eq_ignore_ascii_case("token") =>
+            {
+                format!("{k}=***")
+            }
             _ => pair.to_string(),
         })
         .collect();
@@ -129,11 +162,37 @@ mod tests {
     #[test]
     fn sqlite_urls() {
         let p = |u| parse(Some(u), no_state).unwrap();
-        assert_eq!(p("sqlite:///a/b.db"), StoreSpec::Sqlite { path: "/a/b.db".into(), default: false });
-        assert_eq!(p("sqlite://rel/b.db"), StoreSpec::Sqlite { path: "rel/b.db".into(), default: false });
-        assert_eq!(p("sqlite:b.db"), StoreSpec::Sqlite { path: "b.db".into(), default: false });
-        assert_eq!(parse(None, no_state).unwrap(), StoreSpec::Sqlite { path: "/state/leaderrun.db".into(), default: true });
-        assert!(parse(Some("sqlite://"), no_state).unwrap_err().contains("names no file"));
+        assert_eq!(
+            p("sqlite:///a/b.db"),
+            StoreSpec::Sqlite {
+                path: "/a/b.db".into(),
+                default: false
+            }
+        );
+        assert_eq!(
+            p("sqlite://rel/b.db"),
+            StoreSpec::Sqlite {
+                path: "rel/b.db".into(),
+                default: false
+            }
+        );
+        assert_eq!(
+            p("sqlite:b.db"),
+            StoreSpec::Sqlite {
+                path: "b.db".into(),
+                default: false
+            }
+        );
+        assert_eq!(
+            parse(None, no_state).unwrap(),
+            StoreSpec::Sqlite {
+                path: "/state/leaderrun.db".into(),
+                default: true
+            }
+        );
+        assert!(parse(Some("sqlite://"), no_state)
+            .unwrap_err()
+            .contains("names no file"));
     }
 
     #[test]
@@ -147,10 +206,16 @@ mod tests {
 
     #[test]
     fn redaction() {
-        assert_eq!(redact("postgres://u:hunter2@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(
+            redact("postgres://u:hunter2@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact("redis://:p%40ss@h"), "redis://:***@h");
-        assert_eq!(redact("postgres://h/db?user=u&password=hunter2"), "postgres://h/db?user=u&password=***");
+        assert_eq!(
+            redact("postgres://h/db?user=u&password=hunter2"),
+            "postgres://h/db?user=u&password=***"
+        );
         assert_eq!(redact("sqlite:///a/b.db"), "sqlite:///a/b.db");
     }
 }

@@ -1,0 +1,356 @@
+//! Helpers shared by the end-to-end tests: the real binary, real processes, one
+//! temporary directory per test, and a guard that kills whatever a test left behind.
+//!
+//! Rules these helpers exist to keep:
+//! - every test has its own temp dir and its own SQLite store in it; the real user's
+//!   state directory is never touched (and as root, the default store is only ever used
+//!   with privileges dropped, since root's default store is /var/lib/leaderrun);
+//! - no timing assertions: tests wait on events (files, process states) with a
+//!   generous deadline, and only ever assert that something happened within it;
+//! - every process a test starts carries a marker variable in its environment, and
+//!   the sandbox kills every process carrying its marker when it is dropped, even when
+//!   the test failed (wrappers, children, grandchildren and watchdogs alike).
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_leaderrun");
+
+/// Numbers the output files of `Sandbox::output`.
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Environment variable that marks every process started from a sandbox.
+const MARKER: &str = "E2E_LEADERRUN_SANDBOX";
+
+/// A generous bound for things that normally take milliseconds.
+pub const SOON: Duration = Duration::from_secs(10);
+
+/// A generous bound for things that take about one short lease (2-3 s ttls).
+pub const WITHIN_A_LEASE: Duration = Duration::from_secs(20);
+
+/// Poll `cond` every 20 ms until it holds; panic naming `what` after `within`.
+pub fn wait_for(mut cond: impl FnMut() -> bool, within: Duration, what: &str) {
+    let started = Instant::now();
+    loop {
+        if cond() {
+            return;
+        }
+        if started.elapsed() > within {
+            panic!("timed out after {within:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The state letter of /proc/PID/stat (R, S, D, T, t, Z, X, ...), if the process exists.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: the state follows the last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().next()?.chars().next()
+}
+
+/// Whether `pid` is a live process. A zombie counts as dead: it runs nothing any more.
+pub fn pid_alive(pid: i32) -> bool {
+    if kill(Pid::from_raw(pid), None).is_err() {
+        return false;
+    }
+    !matches!(proc_state(pid), None | Some('Z') | Some('X'))
+}
+
+/// Whether the process is stopped (SIGSTOP / SIGTSTP).
+pub fn pid_stopped(pid: i32) -> bool {
+    matches!(proc_state(pid), Some('T'))
+}
+
+/// Live (non-zombie) processes whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    let Ok(entries) = fs::read_dir("/proc") else { return found };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(close) = stat.rfind(')') else { continue };
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // fields[0] = state, [1] = ppid, [2] = pgrp
+        if fields.len() > 2 && fields[2] == pgid.to_string() && !matches!(fields[0], "Z" | "X") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The exit code of a process that exited normally; panics (with `context`) otherwise.
+pub fn code_of(status: ExitStatus, context: &str) -> i32 {
+    match status.code() {
+        Some(code) => code,
+        None => panic!("{context}: expected an exit code, the process was killed by signal {:?}", status.signal()),
+    }
+}
+
+/// One temporary directory per test, holding the SQLite store and the children's records.
+pub struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("leaderrun-e2e-").tempdir().expect("create a temp dir");
+        // Readable by an unprivileged user, for the tests that drop root's privileges.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod the temp dir");
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A path inside the sandbox.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The SQLite file every command of this sandbox uses.
+    pub fn store_path(&self) -> PathBuf {
+        self.file("locks.db")
+    }
+
+    /// `sqlite:///<tmp>/locks.db`
+    pub fn store_url(&self) -> String {
+        format!("sqlite://{}", self.store_path().display())
+    }
+
+    /// `leaderrun` with nothing but a clean environment: no LEADERRUN_* variable inherited
+    /// from whoever runs the tests, `D` set to the sandbox directory (for the children's
+    /// scripts), the sandbox's marker, and stdin from /dev/null. No --store.
+    pub fn bare(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("LEADERRUN_") {
+                cmd.env_remove(&name);
+            }
+        }
+        cmd.env("D", self.path()).env(MARKER, self.path()).stdin(Stdio::null());
+        cmd
+    }
+
+    /// `leaderrun --store sqlite:///<tmp>/locks.db ARGS...` (the run mode).
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = self.bare();
+        cmd.arg("--store").arg(self.store_url()).args(args);
+        cmd
+    }
+
+    /// `leaderrun SUB --store sqlite:///<tmp>/locks.db ARGS...` (status, list, release).
+    pub fn sub(&self, sub: &str, args: &[&str]) -> Command {
+        let mut cmd = self.bare();
+        cmd.arg(sub).arg("--store").arg(self.store_url()).args(args);
+        cmd
+    }
+
+    /// Run to completion, with a generous bound; stdout and stderr are collected through
+    /// files, so a process left behind holding them open cannot hang the test.
+    pub fn output(&self, cmd: Command) -> Output {
+        let n = RUNS.fetch_add(1, Ordering::Relaxed);
+        self.spawn(&format!("run-{n}"), cmd).finish(Duration::from_secs(60))
+    }
+
+    /// Exit code of `leaderrun status --lock LOCK`.
+    pub fn status(&self, lock: &str) -> i32 {
+        let out = self.output(self.sub("status", &["--lock", lock]));
+        code_of(out.status, "leaderrun status")
+    }
+
+    /// Exit code and parsed `leaderrun status --json --lock LOCK`.
+    pub fn status_json(&self, lock: &str) -> (i32, Value) {
+        let out = self.output(self.sub("status", &["--json", "--lock", lock]));
+        let code = code_of(out.status, "leaderrun status --json");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let value = serde_json::from_str(text.trim())
+            .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", String::from_utf8_lossy(&out.stderr)));
+        (code, value)
+    }
+
+    /// Parsed `leaderrun list --json` (which must exit 0).
+    pub fn list_json(&self) -> Value {
+        let out = self.output(self.sub("list", &["--json"]));
+        assert_eq!(out.status.code(), Some(0), "list --json: {:?}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("list --json printed no JSON ({e}): {text:?}"))
+    }
+
+    /// Start a long-running leaderrun in the background; its stdout and stderr go to
+    /// `<name>.out` and `<name>.err` in the sandbox, and it is killed when dropped.
+    pub fn spawn(&self, name: &str, mut cmd: Command) -> Wrapper {
+        let out = self.file(&format!("{name}.out"));
+        let err = self.file(&format!("{name}.err"));
+        cmd.stdout(fs::File::create(&out).expect("create .out")).stderr(fs::File::create(&err).expect("create .err"));
+        // A group of its own, so a signal meant for the test runner's group never reaches it.
+        cmd.process_group(0);
+        let child = cmd.spawn().expect("spawn leaderrun");
+        Wrapper { child, name: name.to_string(), out, err }
+    }
+
+    /// Contents of a file in the sandbox ("" if it does not exist yet).
+    pub fn read(&self, name: &str) -> String {
+        fs::read_to_string(self.file(name)).unwrap_or_default()
+    }
+
+    /// Lines of a file in the sandbox (none if it does not exist yet).
+    pub fn lines(&self, name: &str) -> Vec<String> {
+        self.read(name).lines().map(str::to_string).collect()
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.file(name).exists()
+    }
+
+    /// Wait until `name` holds a pid (children write it to a temp file and rename it), and return it.
+    pub fn wait_pid(&self, name: &str) -> i32 {
+        let mut pid = None;
+        wait_for(
+            || {
+                pid = self.read(name).trim().parse::<i32>().ok();
+                pid.is_some()
+            },
+            SOON,
+            &format!("the pid file {name}"),
+        );
+        pid.expect("checked above")
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        kill_marked(self.path());
+    }
+}
+
+/// SIGKILL every process whose environment carries this sandbox's marker, until none is left.
+fn kill_marked(dir: &Path) {
+    let wanted = format!("{MARKER}={}", dir.display()).into_bytes();
+    let me = std::process::id() as i32;
+    for _ in 0..100 {
+        let mut found = 0;
+        let Ok(entries) = fs::read_dir("/proc") else { return };
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            if pid == me || !pid_alive(pid) {
+                continue;
+            }
+            let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else { continue };
+            if environ.split(|&b| b == 0).any(|var| var == wanted.as_slice()) {
+                found += 1;
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        if found == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A leaderrun running in the background.
+pub struct Wrapper {
+    pub child: Child,
+    pub name: String,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Wrapper {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.pid()), signal).unwrap_or_else(|e| panic!("cannot send {signal} to {}: {e}", self.name));
+    }
+
+    /// Its exit status if it has exited.
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
+    /// Wait (at most `within`) for it to exit; return how it exited.
+    pub fn wait_status(&mut self, within: Duration) -> ExitStatus {
+        let mut status = None;
+        let name = self.name.clone();
+        wait_for(
+            || {
+                status = self.child.try_wait().expect("try_wait");
+                status.is_some()
+            },
+            within,
+            &format!("{name} to exit"),
+        );
+        status.expect("checked above")
+    }
+
+    /// Wait (at most `within`) for it to exit with a code; return the code.
+    pub fn wait_code(&mut self, within: Duration) -> i32 {
+        let status = self.wait_status(within);
+        let context = format!("{} (stderr: {:?})", self.name, self.stderr());
+        code_of(status, &context)
+    }
+
+    /// Wait (at most `within`) for it to exit; return its status and everything it printed.
+    pub fn finish(mut self, within: Duration) -> Output {
+        let status = self.wait_status(within);
+        Output { status, stdout: fs::read(&self.out).unwrap_or_default(), stderr: fs::read(&self.err).unwrap_or_default() }
+    }
+
+    pub fn stdout(&self) -> String {
+        fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.err).unwrap_or_default()
+    }
+}
+
+impl Drop for Wrapper {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Make a command run as an unprivileged user when the tests run as root: as root the
+/// default store is /var/lib/leaderrun, the real system's, which a test must never touch.
+pub fn unprivileged(cmd: &mut Command) {
+    if nix::unistd::geteuid().is_root() {
+        cmd.uid(65534).gid(65534);
+    }
+}
+
+/// The stderr of `out` as text.
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The stdout of `out` as text.
+pub fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
