@@ -53,8 +53,7 @@ pub const CHILD_ENVIRONMENT: &[(&str, &str)] = &[
 ];
 
 /// Said once, after the child's variables.
-pub const CHILD_ENVIRONMENT_NOTE: &str =
-    "These always override inherited variables of the same names. \
+pub const CHILD_ENVIRONMENT_NOTE: &str = "These always override inherited variables of the same names. \
 Because of that, --lock and --identity are never read from the environment: a nested leaderrun \
 would otherwise silently inherit its parent's lock. Every other option can be set by the \
 LEADERRUN_* variable named in its description.";
@@ -182,10 +181,11 @@ pub enum Command {
     },
     /// Force the holder of a lock to stand down.
     ///
-    /// The lease is marked free at once; the holder's leaderrun notices at its next renewal
-    /// and stops its child (exit status 75). The fencing token is kept, so the next holder
-    /// still gets a larger one. Exit status: 0 when a held lease was released, 1 when the
-    /// lock was not held.
+    /// The lease is revoked: the holder's leaderrun notices at its next renewal, stops its
+    /// child (and exits 75), then frees the lock for the next holder. Nobody else gets the
+    /// lock before that, or before the lease expires if the holder is gone, so two children
+    /// never overlap. Exit status: 0 when a held lease was revoked, 1 when the lock was not
+    /// held.
     Release {
         #[command(flatten)]
         lock: LockArg,
@@ -224,12 +224,7 @@ pub struct CommonArgs {
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),
     /// created on first use. sqlite:///path/to/file.db names another file; the SQLite
     /// store serves one host only (never put it on a network filesystem).
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "LEADERRUN_STORE",
-        hide_env_values = true
-    )]
+    #[arg(long, value_name = "URL", env = "LEADERRUN_STORE", hide_env_values = true)]
     pub store: Option<String>,
 
     /// Say more: -v logs each step (elected, renewed, released), -vv debug detail.
@@ -316,21 +311,11 @@ pub struct RunArgs {
     pub identity: Option<String>,
 
     /// Exit status when the lease is held by another (one-shot) or --timeout runs out.
-    #[arg(
-        short = 'E',
-        long,
-        value_name = "N",
-        default_value_t = 0,
-        env = "LEADERRUN_CONFLICT_EXIT_CODE"
-    )]
+    #[arg(short = 'E', long, value_name = "N", default_value_t = 0, env = "LEADERRUN_CONFLICT_EXIT_CODE")]
     pub conflict_exit_code: u8,
 
     /// The command to run while holding the lease, and its arguments. Put `--` before it.
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
 }
 
@@ -341,9 +326,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("empty duration (write e.g. 15s, 1500ms, 2m)".into());
     }
     if trimmed.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "'{trimmed}' has no unit (write e.g. {trimmed}s or {trimmed}ms)"
-        ));
+        return Err(format!("'{trimmed}' has no unit (write e.g. {trimmed}s or {trimmed}ms)"));
     }
     humantime::parse_duration(trimmed)
         .map_err(|e| format!("'{trimmed}' is not a duration ({e}; write e.g. 15s, 1500ms, 2m)"))
@@ -361,11 +344,7 @@ pub fn command() -> clap::Command {
 /// What parsing produced: a parsed command line, or what to print and the status to exit with.
 pub enum Parsed {
     Cli(Box<Cli>),
-    Exit {
-        message: String,
-        to_stdout: bool,
-        code: u8,
-    },
+    Exit { message: String, to_stdout: bool, code: u8 },
 }
 
 /// Parse the command line; turn clap's multi-line errors into one line.
@@ -379,22 +358,12 @@ where
         Err(err) => {
             use clap::error::ErrorKind::*;
             match err.kind() {
-                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand => {
-                    Parsed::Exit {
-                        message: err.render().to_string(),
-                        to_stdout: !matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand),
-                        code: if matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand) {
-                            exit::USAGE
-                        } else {
-                            0
-                        },
-                    }
-                }
-                _ => Parsed::Exit {
-                    message: one_line(&err.render().to_string()),
-                    to_stdout: false,
-                    code: exit::USAGE,
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand => Parsed::Exit {
+                    message: err.render().to_string(),
+                    to_stdout: !matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand),
+                    code: if matches!(err.kind(), DisplayHelpOnMissingArgumentOrSubcommand) { exit::USAGE } else { 0 },
                 },
+                _ => Parsed::Exit { message: one_line(&err.render().to_string()), to_stdout: false, code: exit::USAGE },
             }
         }
     }

@@ -53,9 +53,7 @@ pub struct TokioClock {
 
 impl TokioClock {
     pub fn new() -> Self {
-        Self {
-            origin: tokio::time::Instant::now(),
-        }
+        Self { origin: tokio::time::Instant::now() }
     }
 }
 

@@ -76,9 +76,7 @@ enum Stopping {
     Expiring,
 }
 
-type Pending<T> = Pin<
-    Box<dyn Future<Output = Result<crate::store::Result<T>, tokio::time::error::Elapsed>> + Send>,
->;
+type Pending<T> = Pin<Box<dyn Future<Output = Result<crate::store::Result<T>, tokio::time::error::Elapsed>> + Send>>;
 
 pub struct Elector {
     store: Arc<dyn Store>,
@@ -94,12 +92,7 @@ impl Elector {
         election: Election,
         signals: UnboundedReceiver<Signal>,
     ) -> Self {
-        Self {
-            store,
-            clock,
-            election,
-            signals,
-        }
+        Self { store, clock, election, signals }
     }
 
     /// Campaign, then run the payload while leading.
@@ -132,9 +125,8 @@ impl Elector {
             let sent = self.now();
             let store = self.store.clone();
             let (lock, identity) = (self.election.lock.clone(), self.election.identity.clone());
-            let attempt = timeout(timing.request_timeout(), async move {
-                store.acquire(&lock, &identity, timing.ttl).await
-            });
+            let attempt =
+                timeout(timing.request_timeout(), async move { store.acquire(&lock, &identity, timing.ttl).await });
             let result = tokio::select! {
                 result = attempt => result,
                 Some(signal) = self.signals.recv() => return Err(Outcome::Interrupted(signal)),
@@ -145,10 +137,7 @@ impl Elector {
                         return Ok((lease, sent));
                     }
                     // The answer came too late to leave the payload any time: give it back.
-                    tracing::warn!(
-                        token = lease.token,
-                        "the store took too long to grant the lease; giving it back"
-                    );
+                    tracing::warn!(token = lease.token, "the store took too long to grant the lease; giving it back");
                     self.release(&lease, Duration::ZERO).await;
                     StoreError::unavailable("the store answered too slowly to grant a usable lease")
                 }
@@ -156,12 +145,8 @@ impl Elector {
                     if one_shot {
                         return Err(Outcome::Conflict(Some(record)));
                     }
-                    tracing::debug!(
-                        holder = record.holder.as_deref().unwrap_or("-"),
-                        "lock is held; waiting"
-                    );
-                    let recheck =
-                        give_up.map_or(RECHECK, |t| t.saturating_sub(self.now()).min(RECHECK));
+                    tracing::debug!(holder = record.holder.as_deref().unwrap_or("-"), "lock is held; waiting");
+                    let recheck = give_up.map_or(RECHECK, |t| t.saturating_sub(self.now()).min(RECHECK));
                     let store = self.store.clone();
                     let lock = self.election.lock.clone();
                     tokio::select! {
@@ -246,9 +231,10 @@ impl Elector {
                         }
                         Ok(Ok(Renew::Renewed)) => {}
                         Ok(Ok(Renew::Lost(record))) => {
-                            let why = match record.and_then(|r| r.holder) {
-                                Some(holder) => format!("the lease was taken by {holder}"),
-                                None => "the lease was released by someone else (leaderrun release?)".to_string(),
+                            let why = match record {
+                                Some(r) if r.revoked => "leaderrun release asked this holder to stand down".to_string(),
+                                Some(LockRecord { holder: Some(holder), .. }) => format!("the lease was taken by {holder}"),
+                                _ => "the lease was freed behind this holder's back".to_string(),
                             };
                             tracing::error!(lock = %lease.lock, token = lease.token, "{why}; stopping the child");
                             if !stop_sent {
@@ -310,22 +296,14 @@ impl Elector {
             }
             Some(Stopping::Expiring) => {
                 self.release(&lease, Duration::ZERO).await;
-                Outcome::LeaseLost {
-                    exit,
-                    why: "the lease could not be renewed in time".into(),
-                }
+                Outcome::LeaseLost { exit, why: "the lease could not be renewed in time".into() }
             }
         }
     }
 
     /// Best effort: the lease expires by itself if this does not reach the store.
     async fn release(&self, lease: &Lease, keep: Duration) {
-        match timeout(
-            self.timing().request_timeout(),
-            self.store.release(lease, keep),
-        )
-        .await
-        {
+        match timeout(self.timing().request_timeout(), self.store.release(lease, keep)).await {
             Ok(Ok(())) => tracing::debug!(token = lease.token, ?keep, "released"),
             Ok(Err(err)) => {
                 tracing::warn!("could not release the lease (it will expire by itself): {err}")

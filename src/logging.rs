@@ -24,21 +24,12 @@ pub fn init(common: &CommonArgs) {
     // Only leaderrun's own events: sqlx and friends stay silent below -vvv.
     let filter = tracing_subscriber::filter::Targets::new()
         .with_target("leaderrun", level)
-        .with_default(if level == Level::TRACE {
-            Level::DEBUG
-        } else {
-            Level::ERROR
-        });
+        .with_default(if level == Level::TRACE { Level::DEBUG } else { Level::ERROR });
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let result = match common.log_format {
         LogFormat::Text => tracing_subscriber::registry()
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(false)
-                    .event_format(Text),
-            )
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false).event_format(Text))
             .with(filter)
             .try_init(),
         LogFormat::Json => tracing_subscriber::registry()
@@ -64,12 +55,7 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
         let level = match *event.metadata().level() {
             Level::ERROR => "error",
             Level::WARN => "warning",

@@ -13,28 +13,18 @@ fn main() -> ExitCode {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown".into());
-        let place = info
-            .location()
-            .map(|l| format!(" at {}:{}", l.file(), l.line()))
-            .unwrap_or_default();
+        let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         eprintln!("leaderrun: internal error: {message}{place} (please report it)");
     }));
 
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == watchdog::ARG) {
-        let rest: Vec<String> = args[2..]
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let rest: Vec<String> = args[2..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
         return ExitCode::from(watchdog::main(&rest));
     }
     let cli = match cli::parse(args) {
         cli::Parsed::Cli(cli) => cli,
-        cli::Parsed::Exit {
-            message,
-            to_stdout,
-            code,
-        } => {
+        cli::Parsed::Exit { message, to_stdout, code } => {
             if to_stdout {
                 let _ = std::io::stdout().write_all(message.as_bytes());
             } else {
@@ -43,10 +33,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("leaderrun: cannot start: {err}");

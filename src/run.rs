@@ -29,11 +29,7 @@ fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
 pub async fn main(cli: Cli) -> u8 {
     match cli.subcommand {
         None => run(cli.run).await,
-        Some(Command::Status {
-            lock,
-            common,
-            output,
-        }) => {
+        Some(Command::Status { lock, common, output }) => {
             logging::init(&common);
             status(&common, lock.name(), output.json).await
         }
@@ -41,11 +37,7 @@ pub async fn main(cli: Cli) -> u8 {
             logging::init(&common);
             list(&common, output.json).await
         }
-        Some(Command::Release {
-            lock,
-            common,
-            output,
-        }) => {
+        Some(Command::Release { lock, common, output }) => {
             logging::init(&common);
             release(&common, lock.name(), output.json).await
         }
@@ -62,9 +54,7 @@ async fn open_for_reading(common: &CommonArgs, lock: Option<&str>) -> Result<Box
         validate_lock_name(lock).map_err(|e| fail(exit::USAGE, e))?;
     }
     let spec = store_spec(common).map_err(|e| fail(exit::USAGE, e))?;
-    url::open(&spec, Access::Existing)
-        .await
-        .map_err(|e| fail(exit::STORE_UNAVAILABLE, e))
+    url::open(&spec, Access::Existing).await.map_err(|e| fail(exit::STORE_UNAVAILABLE, e))
 }
 
 /// Check everything about a run; nothing touches the store yet.
@@ -81,56 +71,28 @@ fn plan(args: RunArgs) -> Result<Plan, u8> {
     validate_lock_name(&lock).map_err(usage)?;
     let mut words = args.command.into_iter();
     let Some(program) = words.next() else {
-        return Err(usage(
-            "missing command: give it after --, as in: leaderrun --lock NAME -- ./job.sh".into(),
-        ));
+        return Err(usage("missing command: give it after --, as in: leaderrun --lock NAME -- ./job.sh".into()));
     };
-    let timing = Timing::new(
-        args.ttl,
-        args.renew_every,
-        args.kill_after,
-        args.min_hold,
-        args.wait,
-    )
-    .map_err(|e| usage(e.to_string()))?;
+    let timing = Timing::new(args.ttl, args.renew_every, args.kill_after, args.min_hold, args.wait)
+        .map_err(|e| usage(e.to_string()))?;
     validate_timeout(args.timeout).map_err(|e| usage(e.to_string()))?;
     if args.timeout.is_some() && !args.wait {
-        return Err(usage(
-            "--timeout only applies with --wait (one-shot mode never waits)".into(),
-        ));
+        return Err(usage("--timeout only applies with --wait (one-shot mode never waits)".into()));
     }
     let identity = match args.identity {
         Some(identity) => {
-            if identity.trim().is_empty()
-                || identity.chars().any(char::is_control)
-                || identity.chars().count() > 255
-            {
-                return Err(usage(
-                    "--identity must be 1-255 characters without control characters".into(),
-                ));
+            if identity.trim().is_empty() || identity.chars().any(char::is_control) || identity.chars().count() > 255 {
+                return Err(usage("--identity must be 1-255 characters without control characters".into()));
             }
             identity
         }
         None => default_identity(),
     };
     let spec = store_spec(&args.common).map_err(usage)?;
-    let command =
-        CommandSpec::resolve(program, words.collect()).map_err(|e| fail(e.status(), e))?;
-    let mode = if args.wait {
-        Mode::Wait {
-            timeout: args.timeout,
-        }
-    } else {
-        Mode::OneShot
-    };
+    let command = CommandSpec::resolve(program, words.collect()).map_err(|e| fail(e.status(), e))?;
+    let mode = if args.wait { Mode::Wait { timeout: args.timeout } } else { Mode::OneShot };
     Ok(Plan {
-        election: Election {
-            lock,
-            identity,
-            timing,
-            mode,
-            stop: args.signal,
-        },
+        election: Election { lock, identity, timing, mode, stop: args.signal },
         command,
         spec,
         conflict_exit_code: args.conflict_exit_code,
@@ -139,10 +101,7 @@ fn plan(args: RunArgs) -> Result<Plan, u8> {
 
 /// HOST:PID:RANDOM, unique per run (assumption A4 of the safety contract).
 fn default_identity() -> String {
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".into());
+    let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into());
     let suffix: u32 = rand::random();
     format!("{host}:{}:{:06x}", std::process::id(), suffix & 0xff_ffff)
 }
@@ -156,12 +115,7 @@ async fn run(args: RunArgs) -> u8 {
     // Signals first: one that arrives while the store is being opened ends the wait too.
     let signals = match relay_signals() {
         Ok(signals) => signals,
-        Err(err) => {
-            return fail(
-                exit::INTERNAL,
-                format!("cannot install signal handlers: {err}"),
-            )
-        }
+        Err(err) => return fail(exit::INTERNAL, format!("cannot install signal handlers: {err}")),
     };
     let store: Arc<dyn Store> = match url::open(&plan.spec, Access::Create).await {
         Ok(store) => Arc::from(store),
@@ -224,10 +178,7 @@ async fn status(common: &CommonArgs, lock: &str, json: bool) -> u8 {
         Err(err) => return fail(exit::STORE_UNAVAILABLE, err),
     };
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&Shown::from(&record)).unwrap_or_default()
-        );
+        println!("{}", serde_json::to_string(&Shown::from(&record)).unwrap_or_default());
     } else {
         print_record(&record);
     }
@@ -251,10 +202,7 @@ async fn list(common: &CommonArgs, json: bool) -> u8 {
         let shown: Vec<Shown> = records.iter().map(Shown::from).collect();
         println!("{}", serde_json::to_string(&shown).unwrap_or_default());
     } else if !records.is_empty() {
-        println!(
-            "{:<30} {:<5} {:>8} {:>11}  HOLDER",
-            "LOCK", "STATE", "TOKEN", "EXPIRES IN"
-        );
+        println!("{:<30} {:<5} {:>8} {:>11}  HOLDER", "LOCK", "STATE", "TOKEN", "EXPIRES IN");
         for r in &records {
             println!(
                 "{:<30} {:<5} {:>8} {:>11}  {}",
@@ -274,14 +222,14 @@ async fn release(common: &CommonArgs, lock: &str, json: bool) -> u8 {
         Ok(store) => store,
         Err(code) => return code,
     };
-    let before = match store.force_release(lock).await {
+    let before = match store.revoke(lock).await {
         Ok(before) => before,
         Err(err) => return fail(exit::STORE_UNAVAILABLE, err),
     };
     if json {
         let out = serde_json::json!({
             "lock": lock,
-            "released": before.is_some(),
+            "release_requested": before.is_some(),
             "holder": before.as_ref().and_then(|r| r.holder.clone()),
             "token": before.as_ref().map(|r| r.token),
         });
@@ -289,9 +237,11 @@ async fn release(common: &CommonArgs, lock: &str, json: bool) -> u8 {
     } else {
         match &before {
             Some(r) => println!(
-                "released {lock:?} (was held by {} with token {}); the holder stops its child at its next renewal",
+                "asked {} (token {}) to release {lock:?}: it stops its child at its next renewal, then frees the lock \
+                 (at the latest when its lease expires, in {})",
                 r.holder.as_deref().unwrap_or("-"),
-                r.token
+                r.token,
+                r.expires_in.map(short).unwrap_or_else(|| "-".into()),
             ),
             None => println!("{lock:?} was not held"),
         }
@@ -312,6 +262,7 @@ struct Shown<'a> {
     fencing_token: u64,
     held_since: Option<String>,
     expires_in_seconds: Option<f64>,
+    release_requested: bool,
 }
 
 impl<'a> From<&'a LockRecord> for Shown<'a> {
@@ -321,12 +272,9 @@ impl<'a> From<&'a LockRecord> for Shown<'a> {
             held: r.is_held(),
             holder: r.holder.as_deref(),
             fencing_token: r.token,
-            held_since: r
-                .held_since
-                .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
-            expires_in_seconds: r
-                .expires_in
-                .map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
+            held_since: r.held_since.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+            expires_in_seconds: r.expires_in.map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
+            release_requested: r.revoked,
         }
     }
 }
@@ -337,7 +285,14 @@ fn short(d: Duration) -> String {
 
 fn print_record(r: &LockRecord) {
     println!("lock:        {}", r.lock);
-    println!("state:       {}", if r.is_held() { "held" } else { "free" });
+    println!(
+        "state:       {}",
+        match (r.is_held(), r.revoked) {
+            (true, true) => "held (asked to release by leaderrun release)",
+            (true, false) => "held",
+            _ => "free",
+        }
+    );
     if let Some(holder) = &r.holder {
         println!("holder:      {holder}");
     }

@@ -54,38 +54,23 @@ impl Timing {
         waiting: bool,
     ) -> Result<Self, TimingError> {
         let renew_every = renew_every.unwrap_or(ttl / 3);
-        let min_hold = min_hold.unwrap_or(if waiting {
-            Duration::ZERO
-        } else {
-            ONE_SHOT_MIN_HOLD
-        });
-        let timing = Self {
-            ttl,
-            renew_every,
-            kill_after,
-            min_hold,
-        };
+        let min_hold = min_hold.unwrap_or(if waiting { Duration::ZERO } else { ONE_SHOT_MIN_HOLD });
+        let timing = Self { ttl, renew_every, kill_after, min_hold };
         timing.validate()?;
         Ok(timing)
     }
 
     fn validate(&self) -> Result<(), TimingError> {
         let fail = |msg: String| Err(TimingError(msg));
-        for (flag, value) in [
-            ("--ttl", self.ttl),
-            ("--renew-every", self.renew_every),
-            ("--kill-after", self.kill_after),
-        ] {
+        for (flag, value) in
+            [("--ttl", self.ttl), ("--renew-every", self.renew_every), ("--kill-after", self.kill_after)]
+        {
             if value.is_zero() {
                 return fail(format!("{flag} must be positive"));
             }
         }
         if self.ttl > MAX_TTL {
-            return fail(format!(
-                "--ttl {} is longer than the maximum of {}",
-                show(self.ttl),
-                show(MAX_TTL)
-            ));
+            return fail(format!("--ttl {} is longer than the maximum of {}", show(self.ttl), show(MAX_TTL)));
         }
         if self.min_hold > MAX_LONG {
             return fail(format!(
@@ -117,9 +102,7 @@ impl Timing {
 
     /// How long after a request was SENT its confirmed success keeps the lease safe locally.
     pub fn safe_lease(&self) -> Duration {
-        self.ttl
-            .mul_f64(1.0 - 2.0 * CLOCK_DRIFT)
-            .saturating_sub(MARGIN)
+        self.ttl.mul_f64(1.0 - 2.0 * CLOCK_DRIFT).saturating_sub(MARGIN)
     }
 
     /// The local deadline earned by a request sent at `sent` that succeeded.
@@ -147,11 +130,9 @@ impl Timing {
 /// Check a --timeout.
 pub fn validate_timeout(timeout: Option<Duration>) -> Result<(), TimingError> {
     match timeout {
-        Some(t) if t > MAX_LONG => Err(TimingError(format!(
-            "--timeout {} is longer than the maximum of {}",
-            show(t),
-            show(MAX_LONG)
-        ))),
+        Some(t) if t > MAX_LONG => {
+            Err(TimingError(format!("--timeout {} is longer than the maximum of {}", show(t), show(MAX_LONG))))
+        }
         _ => Ok(()),
     }
 }
@@ -177,10 +158,7 @@ mod tests {
     fn deadline_is_anchored_at_send_and_shortened_for_drift_and_margin() {
         let t = Timing::new(s(10.0), None, s(1.0), None, true).unwrap();
         assert_eq!(t.deadline_after(s(100.0)), s(100.0) + s(9.8) - MARGIN);
-        assert_eq!(
-            t.stop_at(t.deadline_after(s(100.0))),
-            s(100.0) + s(8.8) - MARGIN
-        );
+        assert_eq!(t.stop_at(t.deadline_after(s(100.0))), s(100.0) + s(8.8) - MARGIN);
     }
 
     #[test]
@@ -205,23 +183,13 @@ mod tests {
     #[test]
     fn refuses_renew_not_shorter_than_ttl() {
         let err = Timing::new(s(10.0), Some(s(10.0)), s(1.0), None, true).unwrap_err();
-        assert!(
-            err.0
-                .contains("--renew-every (10s) must be shorter than --ttl (10s)"),
-            "{err}"
-        );
+        assert!(err.0.contains("--renew-every (10s) must be shorter than --ttl (10s)"), "{err}");
     }
 
     #[test]
     fn refuses_absurd_lengths() {
-        assert!(Timing::new(s(200_000.0), None, s(1.0), None, true)
-            .unwrap_err()
-            .0
-            .contains("maximum"));
-        assert!(Timing::new(s(15.0), None, s(1.0), Some(s(1e8)), true)
-            .unwrap_err()
-            .0
-            .contains("--min-hold"));
+        assert!(Timing::new(s(200_000.0), None, s(1.0), None, true).unwrap_err().0.contains("maximum"));
+        assert!(Timing::new(s(15.0), None, s(1.0), Some(s(1e8)), true).unwrap_err().0.contains("--min-hold"));
         assert!(validate_timeout(Some(s(1e8))).is_err());
         assert!(validate_timeout(Some(s(60.0))).is_ok());
     }

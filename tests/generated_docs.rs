@@ -18,20 +18,13 @@ fn generated() -> Vec<(PathBuf, Vec<u8>)> {
     files.push((PathBuf::from("man/leaderrun.1"), main_page(&command)));
     for sub in command.get_subcommands() {
         let name = format!("leaderrun-{}", sub.get_name());
-        let sub = sub
-            .clone()
-            .name(name.clone())
-            .display_name(name.clone())
-            .bin_name(name.clone());
+        let sub = sub.clone().name(name.clone()).display_name(name.clone()).bin_name(name.clone());
         let mut page = Vec::new();
         clap_mangen::Man::new(sub).render(&mut page).unwrap();
         files.push((PathBuf::from(format!("man/{name}.1")), page));
     }
-    for (shell, file) in [
-        (Shell::Bash, "leaderrun.bash"),
-        (Shell::Zsh, "_leaderrun"),
-        (Shell::Fish, "leaderrun.fish"),
-    ] {
+    for (shell, file) in [(Shell::Bash, "leaderrun.bash"), (Shell::Zsh, "_leaderrun"), (Shell::Fish, "leaderrun.fish")]
+    {
         let mut script = Vec::new();
         clap_complete::generate(shell, &mut command.clone(), "leaderrun", &mut script);
         files.push((PathBuf::from("completions").join(file), script));
@@ -41,9 +34,7 @@ fn generated() -> Vec<(PathBuf, Vec<u8>)> {
 
 /// clap_mangen's sections, then the ones `--help` shows after the options, as real roff.
 fn main_page(command: &clap::Command) -> Vec<u8> {
-    use leaderrun::cli::{
-        CHILD_ENVIRONMENT, CHILD_ENVIRONMENT_NOTE, EXAMPLES, EXIT_STATUS, SAFETY_CONTRACT,
-    };
+    use leaderrun::cli::{CHILD_ENVIRONMENT, CHILD_ENVIRONMENT_NOTE, EXAMPLES, EXIT_STATUS, SAFETY_CONTRACT};
     use roff::{bold, roman, Roff};
     let man = clap_mangen::Man::new(command.clone());
     let mut page = Vec::new();
@@ -56,16 +47,12 @@ fn main_page(command: &clap::Command) -> Vec<u8> {
     let mut roff = Roff::new();
     roff.control("SH", ["EXIT STATUS"]);
     for (status, meaning) in EXIT_STATUS {
-        roff.control("TP", [])
-            .text([bold(*status)])
-            .text([roman(*meaning)]);
+        roff.control("TP", []).text([bold(*status)]).text([roman(*meaning)]);
     }
     roff.control("SH", ["ENVIRONMENT"]);
     roff.text([roman("leaderrun sets these for the child:")]);
     for (name, meaning) in CHILD_ENVIRONMENT {
-        roff.control("TP", [])
-            .text([bold(*name)])
-            .text([roman(*meaning)]);
+        roff.control("TP", []).text([bold(*name)]).text([roman(*meaning)]);
     }
     roff.control("PP", []).text([roman(CHILD_ENVIRONMENT_NOTE)]);
     roff.control("SH", ["SAFETY CONTRACT"]);
@@ -74,9 +61,7 @@ fn main_page(command: &clap::Command) -> Vec<u8> {
     }
     roff.control("SH", ["EXAMPLES"]);
     for (line, what) in EXAMPLES {
-        roff.control("TP", [])
-            .text([bold(*line)])
-            .text([roman(*what)]);
+        roff.control("TP", []).text([bold(*line)]).text([roman(*what)]);
     }
     roff.to_writer(&mut page).unwrap();
     man.render_version_section(&mut page).unwrap();
@@ -111,27 +96,13 @@ fn the_man_page_documents_every_flag_env_var_and_exit_status() {
     let page = page.replace("\\-", "-");
     for arg in leaderrun::cli::command().get_arguments() {
         if let Some(long) = arg.get_long() {
-            assert!(
-                page.contains(&format!("--{long}")),
-                "man page lacks --{long}"
-            );
+            assert!(page.contains(&format!("--{long}")), "man page lacks --{long}");
         }
         if let Some(env) = arg.get_env() {
-            assert!(
-                page.contains(env.to_str().unwrap()),
-                "man page lacks {env:?}"
-            );
+            assert!(page.contains(env.to_str().unwrap()), "man page lacks {env:?}");
         }
     }
-    for needle in [
-        "EXIT STATUS",
-        "SAFETY CONTRACT",
-        "LEADERRUN_FENCING_TOKEN",
-        "75",
-        "69",
-        "126",
-        "127",
-    ] {
+    for needle in ["EXIT STATUS", "SAFETY CONTRACT", "LEADERRUN_FENCING_TOKEN", "75", "69", "126", "127"] {
         assert!(page.contains(needle), "man page lacks {needle}");
     }
     assert!(Path::new(&root().join("completions/_leaderrun")).exists());

@@ -34,14 +34,10 @@ impl ProcessGroup {
         };
         entries.flatten().any(|entry| {
             let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            else {
+            let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
                 return false;
             };
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|stat| self.is_live_member(&stat))
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| self.is_live_member(&stat))
         })
     }
 

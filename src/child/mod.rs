@@ -52,31 +52,16 @@ impl CommandSpec {
                 return Err(StartError::NotFound(shown));
             }
             check(&path).map_err(|why| StartError::NotExecutable(shown.clone(), why))?;
-            return Ok(Self {
-                program,
-                path,
-                args,
-            });
+            return Ok(Self { program, path, args });
         }
-        let search = std::env::var_os("PATH")
-            .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+        let search = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
         let mut refused = None;
         for dir in std::env::split_paths(&search) {
-            let dir = if dir.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                dir
-            };
+            let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
             let candidate = dir.join(&program);
             if candidate.is_file() {
                 match check(&candidate) {
-                    Ok(()) => {
-                        return Ok(Self {
-                            program,
-                            path: candidate,
-                            args,
-                        })
-                    }
+                    Ok(()) => return Ok(Self { program, path: candidate, args }),
                     Err(why) => refused = refused.or(Some(why)),
                 }
             }
@@ -107,12 +92,7 @@ struct Running {
 
 impl Supervisor {
     pub fn new(command: CommandSpec, stop: Signal, kill_after: Duration) -> Self {
-        Self {
-            command,
-            stop,
-            kill_after,
-            running: None,
-        }
+        Self { command, stop, kill_after, running: None }
     }
 
     fn group(&self) -> Option<ProcessGroup> {
@@ -135,11 +115,7 @@ impl Payload for Supervisor {
         let mut watchdog = Watchdog::spawn(self.stop, self.kill_after, deadline)
             .map_err(|e| StartError::Internal(format!("cannot start the watchdog: {e}")))?;
         let mut command = tokio::process::Command::new(&self.command.path);
-        command
-            .arg0(&self.command.program)
-            .args(&self.command.args)
-            .process_group(0)
-            .kill_on_drop(false);
+        command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
         for (name, value) in env_overrides(lease) {
             command.env(name, value);
         }
@@ -169,13 +145,7 @@ impl Payload for Supervisor {
         watchdog.guard(group.id());
         let (tx, rx) = oneshot::channel();
         tokio::spawn(reap(child, group, self.stop, self.kill_after, tx));
-        self.running = Some(Running {
-            group,
-            watchdog,
-            exit: rx,
-            ended: None,
-            terminal,
-        });
+        self.running = Some(Running { group, watchdog, exit: rx, ended: None, terminal });
         Ok(())
     }
 
@@ -202,9 +172,7 @@ impl Payload for Supervisor {
         if let Some(ended) = running.ended {
             return ended;
         }
-        let ended = (&mut running.exit)
-            .await
-            .unwrap_or(ChildExit::Signal(Signal::SIGKILL as i32));
+        let ended = (&mut running.exit).await.unwrap_or(ChildExit::Signal(Signal::SIGKILL as i32));
         running.ended = Some(ended);
         ended
     }
@@ -237,10 +205,7 @@ async fn reap(
         Err(_) => ChildExit::Code(1),
     };
     if group.alive() {
-        tracing::info!(
-            pgid = group.id().as_raw(),
-            "the child exited but its process group lives on; stopping it"
-        );
+        tracing::info!(pgid = group.id().as_raw(), "the child exited but its process group lives on; stopping it");
         group.signal(stop);
         if !group.wait_gone(kill_after).await {
             group.signal(Signal::SIGKILL);

@@ -3,14 +3,8 @@
 use nix::sys::signal::Signal;
 
 /// Signals sent to leaderrun that are forwarded to the child's process group.
-pub const FORWARDED: [Signal; 6] = [
-    Signal::SIGINT,
-    Signal::SIGTERM,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-];
+pub const FORWARDED: [Signal; 6] =
+    [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2];
 
 /// Of those, the ones after which leaderrun also escalates to SIGKILL after --kill-after.
 pub fn ends_the_run(signal: Signal) -> bool {
@@ -24,13 +18,8 @@ pub fn parse_signal(text: &str) -> Result<Signal, String> {
         return Signal::try_from(n).map_err(|_| format!("{n} is not a signal number"));
     }
     let upper = trimmed.to_ascii_uppercase();
-    let name = if upper.starts_with("SIG") {
-        upper
-    } else {
-        format!("SIG{upper}")
-    };
-    name.parse::<Signal>()
-        .map_err(|_| format!("unknown signal {trimmed:?} (write e.g. TERM, INT, HUP or 15)"))
+    let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+    name.parse::<Signal>().map_err(|_| format!("unknown signal {trimmed:?} (write e.g. TERM, INT, HUP or 15)"))
 }
 
 #[cfg(test)]

@@ -54,8 +54,7 @@ impl Watchdog {
             // Never block the wrapper on a stopped watchdog: a message that does not fit
             // is dropped, which can only make the watchdog act earlier, never later.
             let flags = nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_GETFL)?;
-            let flags =
-                nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+            let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
             nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_SETFL(flags))?;
         }
         let mut watchdog = Self { pipe, process };
@@ -103,10 +102,7 @@ impl Guard {
     fn signal(&mut self, signal: Signal, why: &str) {
         if let Some(group) = self.group {
             if group.alive() && group.signal(signal) {
-                eprintln!(
-                    "leaderrun: watchdog: {why}; sent {signal} to process group {}",
-                    group.id()
-                );
+                eprintln!("leaderrun: watchdog: {why}; sent {signal} to process group {}", group.id());
             }
         }
     }
@@ -119,10 +115,7 @@ impl Guard {
         if !self.stop_sent && now >= stop_at {
             self.stop_sent = true;
             let stop = self.stop;
-            self.signal(
-                stop,
-                "the lease deadline is near and leaderrun did not renew it",
-            );
+            self.signal(stop, "the lease deadline is near and leaderrun did not renew it");
         }
         if !self.kill_sent && now >= self.deadline {
             self.kill_sent = true;
@@ -145,14 +138,9 @@ impl Guard {
         }
         let stop = self.stop;
         self.signal(stop, "leaderrun died");
-        let grace = self
-            .kill_after
-            .min(self.deadline.saturating_sub(boottime()));
+        let grace = self.kill_after.min(self.deadline.saturating_sub(boottime()));
         if !group.wait_gone_blocking(grace) {
-            self.signal(
-                Signal::SIGKILL,
-                "leaderrun died and the group outlived the grace",
-            );
+            self.signal(Signal::SIGKILL, "leaderrun died and the group outlived the grace");
             group.wait_gone_blocking(Duration::from_secs(5));
         }
     }
@@ -189,10 +177,7 @@ pub fn main(args: &[String]) -> u8 {
             Some(d) => nix::poll::PollTimeout::try_from(d.as_millis().clamp(1, 60_000) as i32)
                 .unwrap_or(nix::poll::PollTimeout::MAX),
         };
-        let mut fds = [nix::poll::PollFd::new(
-            stdin.as_fd(),
-            nix::poll::PollFlags::POLLIN,
-        )];
+        let mut fds = [nix::poll::PollFd::new(stdin.as_fd(), nix::poll::PollFlags::POLLIN)];
         match nix::poll::poll(&mut fds, timeout) {
             Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
             Ok(_) => {}
@@ -209,16 +194,9 @@ pub fn main(args: &[String]) -> u8 {
             let line: Vec<u8> = pending.drain(..=end).collect();
             let line = String::from_utf8_lossy(&line);
             let mut words = line.split_whitespace();
-            match (
-                words.next(),
-                words.next().and_then(|w| w.parse::<u128>().ok()),
-            ) {
-                (Some("P"), Some(pgid)) => {
-                    guard.group = Some(ProcessGroup::new(Pid::from_raw(pgid as i32)))
-                }
-                (Some("D"), Some(ns)) => {
-                    guard.deadline = Duration::from_nanos(ns.min(u64::MAX as u128) as u64)
-                }
+            match (words.next(), words.next().and_then(|w| w.parse::<u128>().ok())) {
+                (Some("P"), Some(pgid)) => guard.group = Some(ProcessGroup::new(Pid::from_raw(pgid as i32))),
+                (Some("D"), Some(ns)) => guard.deadline = Duration::from_nanos(ns.min(u64::MAX as u128) as u64),
                 (Some("X"), _) => return 0,
                 _ => {}
             }

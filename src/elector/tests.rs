@@ -23,22 +23,10 @@ fn secs(s: f64) -> Duration {
 /// What the recorder saw, with the clock reading at each event.
 #[derive(Debug, Clone, PartialEq)]
 enum Event {
-    Start {
-        at: Duration,
-        token: u64,
-        deadline: Duration,
-    },
-    Extend {
-        at: Duration,
-        deadline: Duration,
-    },
-    Signal {
-        at: Duration,
-        signal: Signal,
-    },
-    Kill {
-        at: Duration,
-    },
+    Start { at: Duration, token: u64, deadline: Duration },
+    Extend { at: Duration, deadline: Duration },
+    Signal { at: Duration, signal: Signal },
+    Kill { at: Duration },
 }
 
 /// A payload that records what the elector does to it. It runs for `runs_for`
@@ -55,15 +43,7 @@ struct Recorder {
 
 impl Recorder {
     fn new(clock: Arc<dyn Clock>, runs_for: Option<Duration>, obeys_stop: bool) -> Self {
-        Self {
-            clock,
-            events: Arc::default(),
-            runs_for,
-            obeys_stop,
-            started: None,
-            ended: None,
-            wake: Arc::default(),
-        }
+        Self { clock, events: Arc::default(), runs_for, obeys_stop, started: None, ended: None, wake: Arc::default() }
     }
 
     fn events(&self) -> Vec<Event> {
@@ -84,39 +64,18 @@ impl Recorder {
     fn signals(&self) -> Vec<(Duration, Signal)> {
         self.events()
             .into_iter()
-            .filter_map(|e| {
-                if let Event::Signal { at, signal } = e {
-                    Some((at, signal))
-                } else {
-                    None
-                }
-            })
+            .filter_map(|e| if let Event::Signal { at, signal } = e { Some((at, signal)) } else { None })
             .collect()
     }
 
     fn kills(&self) -> Vec<Duration> {
-        self.events()
-            .into_iter()
-            .filter_map(|e| {
-                if let Event::Kill { at } = e {
-                    Some(at)
-                } else {
-                    None
-                }
-            })
-            .collect()
+        self.events().into_iter().filter_map(|e| if let Event::Kill { at } = e { Some(at) } else { None }).collect()
     }
 
     fn extends(&self) -> Vec<(Duration, Duration)> {
         self.events()
             .into_iter()
-            .filter_map(|e| {
-                if let Event::Extend { at, deadline } = e {
-                    Some((at, deadline))
-                } else {
-                    None
-                }
-            })
+            .filter_map(|e| if let Event::Extend { at, deadline } = e { Some((at, deadline)) } else { None })
             .collect()
     }
 }
@@ -126,32 +85,20 @@ impl Payload for Recorder {
     async fn start(&mut self, lease: &Lease, deadline: Duration) -> Result<(), StartError> {
         let at = self.clock.now();
         self.started = Some(at);
-        self.push(Event::Start {
-            at,
-            token: lease.token,
-            deadline,
-        });
+        self.push(Event::Start { at, token: lease.token, deadline });
         Ok(())
     }
     fn extend(&mut self, deadline: Duration) {
-        self.push(Event::Extend {
-            at: self.clock.now(),
-            deadline,
-        });
+        self.push(Event::Extend { at: self.clock.now(), deadline });
     }
     fn signal(&mut self, signal: Signal) {
-        self.push(Event::Signal {
-            at: self.clock.now(),
-            signal,
-        });
+        self.push(Event::Signal { at: self.clock.now(), signal });
         if self.obeys_stop {
             self.end(ChildExit::Signal(signal as i32));
         }
     }
     fn kill(&mut self) {
-        self.push(Event::Kill {
-            at: self.clock.now(),
-        });
+        self.push(Event::Kill { at: self.clock.now() });
         self.end(ChildExit::Signal(Signal::SIGKILL as i32));
     }
     async fn wait(&mut self) -> ChildExit {
@@ -185,12 +132,7 @@ fn setup() -> Setup {
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     let store = Arc::new(MemoryStore::new(clock.clone()));
     let (signals, receiver) = mpsc::unbounded_channel();
-    Setup {
-        clock,
-        store,
-        signals,
-        receiver: Some(receiver),
-    }
+    Setup { clock, store, signals, receiver: Some(receiver) }
 }
 
 /// ttl 10 s, renew every 2 s, kill after 1 s: safe lease 9.8 s − margin.
@@ -207,10 +149,7 @@ impl Setup {
             mode,
             stop: Signal::SIGTERM,
         };
-        let receiver = self
-            .receiver
-            .take()
-            .unwrap_or_else(|| mpsc::unbounded_channel().1);
+        let receiver = self.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);
         Elector::new(self.store.clone(), self.clock.clone(), election, receiver)
     }
 
@@ -227,22 +166,9 @@ fn safe() -> Duration {
 async fn one_shot_runs_then_keeps_the_lease_for_min_hold() {
     let mut s = setup();
     let mut child = s.recorder(Some(secs(3.0)), true);
-    let outcome = s
-        .elector("a", Mode::OneShot, secs(60.0))
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(outcome, Outcome::Exited(ChildExit::Code(0))),
-        "{outcome:?}"
-    );
-    assert_eq!(
-        child.events()[0],
-        Event::Start {
-            at: Duration::ZERO,
-            token: 1,
-            deadline: safe()
-        }
-    );
+    let outcome = s.elector("a", Mode::OneShot, secs(60.0)).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    assert_eq!(child.events()[0], Event::Start { at: Duration::ZERO, token: 1, deadline: safe() });
     // The lease stays taken until acquisition + min-hold, then lapses by itself.
     assert_eq!(s.store.expiry(LOCK), Some(secs(60.0)));
 }
@@ -252,10 +178,7 @@ async fn one_shot_conflict_runs_nothing() {
     let mut s = setup();
     s.store.steal(LOCK, "other", secs(10.0));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s
-        .elector("a", Mode::OneShot, Duration::ZERO)
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::OneShot, Duration::ZERO).run(&mut child).await;
     match outcome {
         Outcome::Conflict(Some(record)) => assert_eq!(record.holder.as_deref(), Some("other")),
         other => panic!("{other:?}"),
@@ -268,10 +191,7 @@ async fn one_shot_store_failure_is_reported_before_anything_runs() {
     let mut s = setup();
     s.store.set_acquire(Behaviour::Fail);
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s
-        .elector("a", Mode::OneShot, Duration::ZERO)
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::OneShot, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert!(child.events().is_empty());
 }
@@ -280,23 +200,11 @@ async fn one_shot_store_failure_is_reported_before_anything_runs() {
 async fn wait_mode_releases_at_once_on_a_clean_exit() {
     let mut s = setup();
     let mut child = s.recorder(Some(secs(5.0)), true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(outcome, Outcome::Exited(ChildExit::Code(0))),
-        "{outcome:?}"
-    );
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     assert_eq!(s.store.expiry(LOCK), None, "the lease must be free at once");
     // Renewed at 2 s and 4 s, each deadline anchored at its send time.
-    assert_eq!(
-        child.extends(),
-        vec![
-            (secs(2.0), secs(2.0) + safe()),
-            (secs(4.0), secs(4.0) + safe())
-        ]
-    );
+    assert_eq!(child.extends(), vec![(secs(2.0), secs(2.0) + safe()), (secs(4.0), secs(4.0) + safe())]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -305,14 +213,8 @@ async fn deadline_is_anchored_at_send_time_not_at_the_answer() {
     // Every renewal is applied at once but answered 1.5 s later.
     s.store.set_renew(Behaviour::Late(secs(1.5)));
     let mut child = s.recorder(Some(secs(7.0)), true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(outcome, Outcome::Exited(ChildExit::Code(0))),
-        "{outcome:?}"
-    );
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     let extends = child.extends();
     assert!(!extends.is_empty());
     // The first renewal is sent at 2 s and confirmed at 3.5 s: the deadline is 2 s + safe lease.
@@ -327,40 +229,14 @@ async fn failing_renewals_never_move_the_deadline_and_the_child_is_stopped_then_
     s.store.set_renew(Behaviour::Fail);
     // A child that ignores the stop signal: only SIGKILL ends it.
     let mut child = s.recorder(None, false);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(
-            outcome,
-            Outcome::LeaseLost {
-                exit: ChildExit::Signal(9),
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
-    assert!(
-        child.extends().is_empty(),
-        "a failed renewal moved the deadline: {:?}",
-        child.extends()
-    );
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::LeaseLost { exit: ChildExit::Signal(9), .. }), "{outcome:?}");
+    assert!(child.extends().is_empty(), "a failed renewal moved the deadline: {:?}", child.extends());
     let deadline = safe();
-    assert_eq!(
-        child.signals(),
-        vec![(deadline - secs(1.0), Signal::SIGTERM)]
-    );
+    assert_eq!(child.signals(), vec![(deadline - secs(1.0), Signal::SIGTERM)]);
     assert_eq!(child.kills(), vec![deadline]);
     // Renewals were retried until the stop.
-    let renewals = s
-        .store
-        .calls
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, op)| op.starts_with("renew"))
-        .count();
+    let renewals = s.store.calls.lock().unwrap().iter().filter(|(_, op)| op.starts_with("renew")).count();
     assert!(renewals > 3, "only {renewals} renewal attempts");
 }
 
@@ -369,17 +245,11 @@ async fn a_hung_renewal_still_stops_at_deadline_minus_grace_and_kills_at_the_dea
     let mut s = setup();
     s.store.set_renew(Behaviour::Hang);
     let mut child = s.recorder(None, false);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::LeaseLost { .. }), "{outcome:?}");
     let deadline = safe();
     assert!(child.extends().is_empty());
-    assert_eq!(
-        child.signals(),
-        vec![(deadline - secs(1.0), Signal::SIGTERM)]
-    );
+    assert_eq!(child.signals(), vec![(deadline - secs(1.0), Signal::SIGTERM)]);
     assert_eq!(child.kills(), vec![deadline]);
 }
 
@@ -388,20 +258,8 @@ async fn a_child_that_obeys_the_stop_signal_is_not_killed() {
     let mut s = setup();
     s.store.set_renew(Behaviour::Fail);
     let mut child = s.recorder(None, true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(
-            outcome,
-            Outcome::LeaseLost {
-                exit: ChildExit::Signal(15),
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::LeaseLost { exit: ChildExit::Signal(15), .. }), "{outcome:?}");
     assert!(child.kills().is_empty());
 }
 
@@ -415,19 +273,9 @@ async fn a_renewal_that_recovers_in_time_keeps_the_child_running() {
         store.set_renew(Behaviour::Normal);
     });
     let mut child = s.recorder(Some(secs(12.0)), true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(outcome, Outcome::Exited(ChildExit::Code(0))),
-        "{outcome:?}"
-    );
-    assert!(
-        child.signals().is_empty() && child.kills().is_empty(),
-        "{:?}",
-        child.events()
-    );
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    assert!(child.signals().is_empty() && child.kills().is_empty(), "{:?}", child.events());
     let (at, deadline) = child.extends()[0];
     assert!(at >= secs(6.0));
     // Anchored at the send time of the successful request, which is at or before its answer.
@@ -443,10 +291,7 @@ async fn a_lost_lease_stops_the_child_at_once() {
         store.steal(LOCK, "thief", secs(10.0));
     });
     let mut child = s.recorder(None, false);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
     match &outcome {
         Outcome::LeaseLost { why, .. } => assert!(why.contains("thief"), "{why}"),
         other => panic!("{other:?}"),
@@ -459,20 +304,29 @@ async fn a_lost_lease_stops_the_child_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_forced_release_is_seen_at_the_next_renewal() {
+async fn a_revoked_lease_is_seen_at_the_next_renewal_and_freed_once_the_child_is_gone() {
     let mut s = setup();
     let store = s.store.clone();
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         tokio::time::sleep(secs(2.5)).await;
-        store.force_release(LOCK).await.unwrap();
+        store.revoke(LOCK).await.unwrap();
+        // Revoked but not yet stood down: nobody else may take it.
+        let other = store.acquire(LOCK, "b", secs(10.0)).await.unwrap();
+        seen_tx.send(other).unwrap();
     });
-    let mut child = s.recorder(None, true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
-    assert!(matches!(outcome, Outcome::LeaseLost { .. }), "{outcome:?}");
+    let mut child = s.recorder(None, false);
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    match &outcome {
+        Outcome::LeaseLost { why, .. } => assert!(why.contains("leaderrun release"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(seen_rx.await.unwrap(), Acquire::Held(_)), "a revoked lease was handed to another holder");
+    // Seen at the renewal sent at 4 s; a child deaf to the stop signal is killed one grace later.
     assert_eq!(child.signals(), vec![(secs(4.0), Signal::SIGTERM)]);
+    assert_eq!(child.kills(), vec![secs(5.0)]);
+    // Once the child is gone the holder frees the lock.
+    assert_eq!(s.store.expiry(LOCK), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -484,14 +338,8 @@ async fn sigterm_is_relayed_then_escalated_and_the_lease_freed_at_once() {
         signals.send(Signal::SIGTERM).unwrap();
     });
     let mut child = s.recorder(None, false);
-    let outcome = s
-        .elector("a", Mode::OneShot, secs(60.0))
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(outcome, Outcome::Exited(ChildExit::Signal(9))),
-        "{outcome:?}"
-    );
+    let outcome = s.elector("a", Mode::OneShot, secs(60.0)).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Signal(9))), "{outcome:?}");
     assert_eq!(child.signals(), vec![(secs(3.0), Signal::SIGTERM)]);
     assert_eq!(child.kills(), vec![secs(4.0)]);
     // Interrupted: free at once, despite the one-shot min-hold.
@@ -508,18 +356,9 @@ async fn other_signals_are_relayed_without_ending_the_run() {
         signals.send(Signal::SIGUSR1).unwrap();
     });
     let mut child = s.recorder(Some(secs(3.0)), false);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(outcome, Outcome::Exited(ChildExit::Code(0))),
-        "{outcome:?}"
-    );
-    assert_eq!(
-        child.signals(),
-        vec![(secs(1.0), Signal::SIGHUP), (secs(1.0), Signal::SIGUSR1)]
-    );
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    assert_eq!(child.signals(), vec![(secs(1.0), Signal::SIGHUP), (secs(1.0), Signal::SIGUSR1)]);
     assert!(child.kills().is_empty());
 }
 
@@ -531,13 +370,10 @@ async fn waiting_ends_on_release_and_the_token_grows() {
     let store = s.store.clone();
     tokio::spawn(async move {
         tokio::time::sleep(secs(2.0)).await;
-        store.force_release(LOCK).await.unwrap();
+        store.free(LOCK);
     });
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(_)), "{outcome:?}");
     match child.events()[0] {
         // Woken by the release notification at 2 s, not by a poll.
@@ -554,10 +390,7 @@ async fn waiting_takes_over_an_expired_lease() {
     let mut s = setup();
     s.store.steal(LOCK, "crashed", secs(10.0));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(_)), "{outcome:?}");
     match child.events()[0] {
         Event::Start { at, .. } => assert!(at >= secs(10.0) && at <= secs(11.0), "{at:?}"),
@@ -571,16 +404,7 @@ async fn wait_timeout_gives_a_conflict() {
     s.store.steal(LOCK, "other", secs(100.0));
     let mut child = s.recorder(Some(secs(1.0)), true);
     let started = s.clock.now();
-    let outcome = s
-        .elector(
-            "a",
-            Mode::Wait {
-                timeout: Some(secs(5.0)),
-            },
-            Duration::ZERO,
-        )
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::Wait { timeout: Some(secs(5.0)) }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Conflict(_)), "{outcome:?}");
     assert_eq!(s.clock.now() - started, secs(5.0));
     assert!(child.events().is_empty());
@@ -596,14 +420,8 @@ async fn a_signal_while_waiting_ends_the_wait_at_once() {
         signals.send(Signal::SIGINT).unwrap();
     });
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
-    assert!(
-        matches!(outcome, Outcome::Interrupted(Signal::SIGINT)),
-        "{outcome:?}"
-    );
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Interrupted(Signal::SIGINT)), "{outcome:?}");
     assert_eq!(s.clock.now(), secs(3.0));
     assert!(child.events().is_empty());
 }
@@ -618,16 +436,12 @@ async fn waiting_rides_out_store_errors() {
         store.set_acquire(Behaviour::Normal);
     });
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s
-        .elector("a", Mode::Wait { timeout: None }, Duration::ZERO)
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(_)), "{outcome:?}");
     match child.events()[0] {
-        Event::Start { at, .. } => assert!(
-            at >= secs(4.0) && at <= secs(4.0) + timing(Duration::ZERO).renew_every,
-            "{at:?}"
-        ),
+        Event::Start { at, .. } => {
+            assert!(at >= secs(4.0) && at <= secs(4.0) + timing(Duration::ZERO).renew_every, "{at:?}")
+        }
         ref other => panic!("{other:?}"),
     }
 }
@@ -638,10 +452,7 @@ async fn an_acquire_that_times_out_runs_nothing() {
     // Answered long after the request timeout: the outcome is unknown, so nothing runs.
     s.store.set_acquire(Behaviour::Late(secs(9.5)));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s
-        .elector("a", Mode::OneShot, Duration::ZERO)
-        .run(&mut child)
-        .await;
+    let outcome = s.elector("a", Mode::OneShot, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert_eq!(s.clock.now(), timing(Duration::ZERO).request_timeout());
     assert!(child.events().is_empty());

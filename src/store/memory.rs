@@ -20,6 +20,7 @@ struct Row {
     token: u64,
     acquired: Duration,
     expires: Duration,
+    revoked: bool,
 }
 
 /// How the store answers renewals.
@@ -73,21 +74,30 @@ impl MemoryStore {
             token: 0,
             acquired: now,
             expires: now,
+            revoked: false,
         });
         *row = Row {
             holder: Some(holder.to_string()),
             token: row.token + 1,
             acquired: now,
             expires: now + ttl,
+            revoked: false,
         };
+    }
+
+    /// Free the lock as its holder would on a clean exit, and wake the waiters.
+    pub fn free(&self, lock: &str) {
+        if let Some(row) = self.rows.lock().unwrap().get_mut(lock) {
+            row.holder = None;
+            row.expires = Duration::ZERO;
+        }
+        self.notify.notify_waiters();
     }
 
     /// When the store would expire the lock's lease (None if free).
     pub fn expiry(&self, lock: &str) -> Option<Duration> {
         let rows = self.rows.lock().unwrap();
-        rows.get(lock)
-            .filter(|r| r.holder.is_some())
-            .map(|r| r.expires)
+        rows.get(lock).filter(|r| r.holder.is_some()).map(|r| r.expires)
     }
 
     fn log(&self, what: String) {
@@ -112,11 +122,9 @@ impl MemoryStore {
                 token: r.token,
                 held_since: None,
                 expires_in: Some(r.expires - now),
+                revoked: r.revoked,
             },
-            Some(r) => LockRecord {
-                token: r.token,
-                ..LockRecord::free(lock)
-            },
+            Some(r) => LockRecord { token: r.token, ..LockRecord::free(lock) },
             None => LockRecord::free(lock),
         }
     }
@@ -138,9 +146,7 @@ impl Store for MemoryStore {
         let result = {
             let mut rows = self.rows.lock().unwrap();
             let current = rows.get(lock).cloned();
-            let free = current
-                .as_ref()
-                .is_none_or(|r| r.holder.is_none() || r.expires <= now);
+            let free = current.as_ref().is_none_or(|r| r.holder.is_none() || r.expires <= now);
             if free {
                 let token = current.map_or(1, |r| r.token + 1);
                 rows.insert(
@@ -150,13 +156,10 @@ impl Store for MemoryStore {
                         token,
                         acquired: now,
                         expires: now + ttl,
+                        revoked: false,
                     },
                 );
-                Acquire::Won(Lease {
-                    lock: lock.to_string(),
-                    identity: identity.to_string(),
-                    token,
-                })
+                Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token })
             } else {
                 Acquire::Held(self.record(lock, current.as_ref()))
             }
@@ -174,8 +177,7 @@ impl Store for MemoryStore {
             let mut rows = self.rows.lock().unwrap();
             match rows.get_mut(&lease.lock) {
                 Some(row)
-                    if row.token == lease.token
-                        && row.holder.as_deref() == Some(&lease.identity) =>
+                    if row.token == lease.token && row.holder.as_deref() == Some(&lease.identity) && !row.revoked =>
                 {
                     row.expires = now + ttl;
                     Renew::Renewed
@@ -216,23 +218,15 @@ impl Store for MemoryStore {
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
         let rows = self.rows.lock().unwrap();
-        Ok(rows
-            .iter()
-            .map(|(name, row)| self.record(name, Some(row)))
-            .collect())
+        Ok(rows.iter().map(|(name, row)| self.record(name, Some(row))).collect())
     }
 
-    async fn force_release(&self, lock: &str) -> Result<Option<LockRecord>> {
-        let before = {
-            let mut rows = self.rows.lock().unwrap();
-            let before = self.record(lock, rows.get(lock));
-            if let Some(row) = rows.get_mut(lock).filter(|_| before.is_held()) {
-                row.holder = None;
-                row.expires = Duration::ZERO;
-            }
-            before
-        };
-        self.notify.notify_waiters();
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
+        let mut rows = self.rows.lock().unwrap();
+        let before = self.record(lock, rows.get(lock));
+        if let Some(row) = rows.get_mut(lock).filter(|_| before.is_held()) {
+            row.revoked = true;
+        }
         Ok(before.is_held().then_some(before))
     }
 

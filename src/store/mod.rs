@@ -36,6 +36,9 @@ pub struct LockRecord {
     pub held_since: Option<SystemTime>,
     /// Time left before the store expires the lease, on the store's clock; `None` when free.
     pub expires_in: Option<Duration>,
+    /// `leaderrun release` asked the holder to stand down; the lock stays taken until the
+    /// holder frees it (once its child is stopped) or the lease expires.
+    pub revoked: bool,
 }
 
 impl LockRecord {
@@ -45,13 +48,7 @@ impl LockRecord {
 
     /// A record for a lock the store has never seen.
     pub fn free(lock: &str) -> Self {
-        Self {
-            lock: lock.to_string(),
-            holder: None,
-            token: 0,
-            held_since: None,
-            expires_in: None,
-        }
+        Self { lock: lock.to_string(), holder: None, token: 0, held_since: None, expires_in: None, revoked: false }
     }
 }
 
@@ -90,16 +87,10 @@ pub struct StoreError {
 
 impl StoreError {
     pub fn unavailable(message: impl Into<String>) -> Self {
-        Self {
-            kind: ErrorKind::Unavailable,
-            message: message.into(),
-        }
+        Self { kind: ErrorKind::Unavailable, message: message.into() }
     }
     pub fn refused(message: impl Into<String>) -> Self {
-        Self {
-            kind: ErrorKind::Refused,
-            message: message.into(),
-        }
+        Self { kind: ErrorKind::Refused, message: message.into() }
     }
     pub fn is_transient(&self) -> bool {
         self.kind == ErrorKind::Unavailable
@@ -119,10 +110,11 @@ pub trait Store: Send + Sync {
     /// A lock held by anyone, this identity included, is not taken.
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire>;
 
-    /// Extend the lease by `ttl` from now if the record still carries its token.
+    /// Extend the lease by `ttl` from now if the record still carries its token and
+    /// has not been revoked.
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew>;
 
-    /// Give the lease up. With `keep` > 0 the record stays taken until `keep` after the
+    /// Give the lease up (a revoked lease too). With `keep` > 0 the record stays taken until `keep` after the
     /// lease was acquired (for --min-hold), or is freed now if that moment has passed.
     /// Does nothing if the record no longer carries the lease's token.
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()>;
@@ -133,9 +125,12 @@ pub trait Store: Send + Sync {
     /// Every lock the store has a record of.
     async fn list(&self) -> Result<Vec<LockRecord>>;
 
-    /// Free a held lock whoever holds it; its holder finds out at its next renewal.
-    /// Returns the record as it was before, if it was held.
-    async fn force_release(&self, lock: &str) -> Result<Option<LockRecord>>;
+    /// Ask the holder of a lock to stand down (`leaderrun release`): its renewals fail from
+    /// now on, so it stops its child and then frees the lock. The lock is NOT freed here:
+    /// a standby that took it at once would run beside the old child. If the holder never
+    /// frees it, the lease lapses at its expiry as usual. Returns the record as it was
+    /// before, if it was held.
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>>;
 
     /// Return when the lock may have changed (a release or expiry), or after at most
     /// `max_wait`. Stores without change notification poll; either way the caller
@@ -154,9 +149,7 @@ pub fn validate_lock_name(name: &str) -> std::result::Result<(), String> {
         return Err("--lock must not be empty".into());
     }
     if count > MAX_LOCK_NAME {
-        return Err(format!(
-            "--lock is {count} characters long; the maximum is {MAX_LOCK_NAME}"
-        ));
+        return Err(format!("--lock is {count} characters long; the maximum is {MAX_LOCK_NAME}"));
     }
     if name.chars().any(char::is_control) {
         return Err("--lock must not contain control characters (newline, tab, NUL, ...)".into());
@@ -179,13 +172,9 @@ mod tests {
         assert!(validate_lock_name(&"é".repeat(255)).is_ok());
         assert!(validate_lock_name("").unwrap_err().contains("empty"));
         assert!(validate_lock_name("   ").unwrap_err().contains("empty"));
-        assert!(validate_lock_name(&"x".repeat(256))
-            .unwrap_err()
-            .contains("256 characters"));
+        assert!(validate_lock_name(&"x".repeat(256)).unwrap_err().contains("256 characters"));
         assert!(validate_lock_name("a\nb").unwrap_err().contains("control"));
         assert!(validate_lock_name("a\0b").unwrap_err().contains("control"));
-        assert!(validate_lock_name(" a")
-            .unwrap_err()
-            .contains("white space"));
+        assert!(validate_lock_name(" a").unwrap_err().contains("white space"));
     }
 }

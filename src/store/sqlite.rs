@@ -34,7 +34,8 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leaderrun_locks (
     boot_id          TEXT NOT NULL,      -- the kernel boot the times below belong to
     acquired_ns      INTEGER NOT NULL,   -- CLOCK_BOOTTIME at acquisition
     expires_ns       INTEGER NOT NULL,   -- CLOCK_BOOTTIME at which the lease lapses
-    acquired_unix_ms INTEGER NOT NULL    -- wall clock at acquisition, for display only
+    acquired_unix_ms INTEGER NOT NULL,   -- wall clock at acquisition, for display only
+    revoked          INTEGER NOT NULL DEFAULT 0  -- 1: `leaderrun release` asked the holder to stand down
 ) WITHOUT ROWID";
 
 pub struct SqliteStore {
@@ -58,19 +59,15 @@ fn ns(d: Duration) -> i64 {
 }
 
 fn unix_ms_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Whether an sqlx error may go away if retried (another process holds the write lock).
 fn is_busy(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::Database(db) => {
-            matches!(
-                db.code().as_deref(),
-                Some("5") | Some("6") | Some("517") | Some("261")
-            ) || db.message().contains("locked")
+            matches!(db.code().as_deref(), Some("5") | Some("6") | Some("517") | Some("261"))
+                || db.message().contains("locked")
                 || db.message().contains("busy")
         }
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
@@ -94,10 +91,7 @@ impl SqliteStore {
     /// Open (and with `Access::Create`, create) the store file.
     pub async fn open(path: &Path, access: Access) -> Result<Self> {
         if access == Access::Existing && !path.exists() {
-            return Ok(Self {
-                conn: None,
-                path: path.to_path_buf(),
-            });
+            return Ok(Self { conn: None, path: path.to_path_buf() });
         }
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -112,12 +106,7 @@ impl SqliteStore {
         let started = std::time::Instant::now();
         loop {
             match Self::connect(&options, access).await {
-                Ok(conn) => {
-                    return Ok(Self {
-                        conn: Some(Mutex::new(conn)),
-                        path: path.to_path_buf(),
-                    })
-                }
+                Ok(conn) => return Ok(Self { conn: Some(Mutex::new(conn)), path: path.to_path_buf() }),
                 Err(err) if is_busy(&err) && started.elapsed() < BUSY_TIMEOUT => {
                     let pause = rand::rng().random_range(2..20);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -138,14 +127,13 @@ impl SqliteStore {
         Ok(conn)
     }
 
-    async fn read(
-        conn: &mut SqliteConnection,
-        lock: &str,
-    ) -> std::result::Result<LockRecord, sqlx::Error> {
-        let row = sqlx::query("SELECT holder, token, boot_id, expires_ns, acquired_unix_ms FROM leaderrun_locks WHERE name = ?1")
-            .bind(lock)
-            .fetch_optional(&mut *conn)
-            .await;
+    async fn read(conn: &mut SqliteConnection, lock: &str) -> std::result::Result<LockRecord, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT holder, token, boot_id, expires_ns, acquired_unix_ms, revoked FROM leaderrun_locks WHERE name = ?1",
+        )
+        .bind(lock)
+        .fetch_optional(&mut *conn)
+        .await;
         let row = match row {
             Ok(row) => row,
             Err(err) if no_table(&err) => None,
@@ -168,6 +156,7 @@ fn record_from(lock: String, row: &sqlx::sqlite::SqliteRow) -> LockRecord {
     let row_boot: String = row.get("boot_id");
     let expires_ns: i64 = row.get("expires_ns");
     let acquired_unix_ms: i64 = row.get("acquired_unix_ms");
+    let revoked: i64 = row.get("revoked");
     let left = expires_ns - ns(boottime());
     let live = holder.is_some() && row_boot == boot_id() && left > 0;
     LockRecord {
@@ -176,6 +165,7 @@ fn record_from(lock: String, row: &sqlx::sqlite::SqliteRow) -> LockRecord {
         token: token as u64,
         held_since: live.then(|| UNIX_EPOCH + Duration::from_millis(acquired_unix_ms as u64)),
         expires_in: live.then(|| Duration::from_nanos(left as u64)),
+        revoked: live && revoked != 0,
     }
 }
 
@@ -187,10 +177,12 @@ impl StoreError {
 
 /// Run `$body` with the connection, or answer `$empty` when the file does not exist.
 macro_rules! with_conn {
-    ($self:ident, $conn:ident, $empty:expr, $body:expr) => {{
+    ($self:ident, $op:literal, $conn:ident, $empty:expr, $body:expr) => {{
         match &$self.conn {
             None => Ok($empty),
             Some(mutex) => {
+                // One line per request at -vvv: the benchmarks count them.
+                tracing::trace!(op = $op, "store request");
                 let mut guard = mutex.lock().await;
                 let $conn: &mut SqliteConnection = &mut guard;
                 let result: std::result::Result<_, sqlx::Error> = $body;
@@ -204,14 +196,19 @@ macro_rules! with_conn {
 impl Store for SqliteStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         let now = boottime();
-        with_conn!(self, conn, Acquire::Held(LockRecord::free(lock)), async {
-            let won = sqlx::query(
+        with_conn!(
+            self,
+            "acquire",
+            conn,
+            Acquire::Held(LockRecord::free(lock)),
+            async {
+                let won = sqlx::query(
                 "INSERT INTO leaderrun_locks (name, holder, token, boot_id, acquired_ns, expires_ns, acquired_unix_ms)
                  VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6)
                  ON CONFLICT(name) DO UPDATE SET
                     holder = excluded.holder, token = leaderrun_locks.token + 1, boot_id = excluded.boot_id,
                     acquired_ns = excluded.acquired_ns, expires_ns = excluded.expires_ns,
-                    acquired_unix_ms = excluded.acquired_unix_ms
+                    acquired_unix_ms = excluded.acquired_unix_ms, revoked = 0
                  WHERE leaderrun_locks.holder IS NULL
                     OR leaderrun_locks.boot_id <> excluded.boot_id
                     OR leaderrun_locks.expires_ns <= excluded.acquired_ns
@@ -225,28 +222,30 @@ impl Store for SqliteStore {
             .bind(unix_ms_now())
             .fetch_optional(&mut *conn)
             .await?;
-            Ok(match won {
-                Some(row) => Acquire::Won(Lease {
-                    lock: lock.to_string(),
-                    identity: identity.to_string(),
-                    token: row.get::<i64, _>("token") as u64,
-                }),
-                None => Acquire::Held(Self::read(conn, lock).await?),
-            })
-        }
-        .await)
+                Ok(match won {
+                    Some(row) => Acquire::Won(Lease {
+                        lock: lock.to_string(),
+                        identity: identity.to_string(),
+                        token: row.get::<i64, _>("token") as u64,
+                    }),
+                    None => Acquire::Held(Self::read(conn, lock).await?),
+                })
+            }
+            .await
+        )
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
         let now = boottime();
         with_conn!(
             self,
+            "renew",
             conn,
             Renew::Lost(None),
             async {
                 let done = sqlx::query(
                     "UPDATE leaderrun_locks SET expires_ns = ?1
-                 WHERE name = ?2 AND token = ?3 AND holder = ?4 AND boot_id = ?5",
+                 WHERE name = ?2 AND token = ?3 AND holder = ?4 AND boot_id = ?5 AND revoked = 0",
                 )
                 .bind(ns(now + ttl))
                 .bind(&lease.lock)
@@ -269,6 +268,7 @@ impl Store for SqliteStore {
         let now = boottime();
         with_conn!(
             self,
+            "release",
             conn,
             (),
             async {
@@ -292,17 +292,12 @@ impl Store for SqliteStore {
     }
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
-        with_conn!(
-            self,
-            conn,
-            LockRecord::free(lock),
-            Self::read(conn, lock).await
-        )
+        with_conn!(self, "status", conn, LockRecord::free(lock), Self::read(conn, lock).await)
     }
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
-        with_conn!(self, conn, Vec::new(), async {
-            let rows = sqlx::query("SELECT name, holder, token, boot_id, expires_ns, acquired_unix_ms FROM leaderrun_locks ORDER BY name")
+        with_conn!(self, "list", conn, Vec::new(), async {
+            let rows = sqlx::query("SELECT name, holder, token, boot_id, expires_ns, acquired_unix_ms, revoked FROM leaderrun_locks ORDER BY name")
                 .fetch_all(&mut *conn)
                 .await;
             match rows {
@@ -314,9 +309,10 @@ impl Store for SqliteStore {
         .await)
     }
 
-    async fn force_release(&self, lock: &str) -> Result<Option<LockRecord>> {
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
         with_conn!(
             self,
+            "revoke",
             conn,
             None,
             async {
@@ -327,7 +323,7 @@ impl Store for SqliteStore {
                     }
                     // Compare-and-set on the token read, so a lease taken in between is left alone.
                     let done = sqlx::query(
-                        "UPDATE leaderrun_locks SET holder = NULL, expires_ns = 0
+                        "UPDATE leaderrun_locks SET revoked = 1
                      WHERE name = ?1 AND token = ?2 AND holder IS NOT NULL",
                     )
                     .bind(lock)

@@ -15,21 +15,13 @@ pub enum StoreSpec {
 pub const SCHEMES: &[&str] = &["sqlite"];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
-pub fn parse(
-    url: Option<&str>,
-    state_dir: impl FnOnce() -> Result<PathBuf, String>,
-) -> Result<StoreSpec, String> {
+pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
     let Some(url) = url else {
-        return Ok(StoreSpec::Sqlite {
-            path: state_dir()?.join("leaderrun.db"),
-            default: true,
-        });
+        return Ok(StoreSpec::Sqlite { path: state_dir()?.join("leaderrun.db"), default: true });
     };
     let shown = redact(url);
     let Some((scheme, rest)) = url.split_once(':') else {
-        return Err(format!(
-            "--store {shown:?} is not a URL (expected e.g. sqlite:///path/to/file.db)"
-        ));
+        return Err(format!("--store {shown:?} is not a URL (expected e.g. sqlite:///path/to/file.db)"));
     };
     match scheme.to_ascii_lowercase().as_str() {
         "sqlite" => {
@@ -37,19 +29,11 @@ pub fn parse(
             let path = rest.strip_prefix("//").unwrap_or(rest);
             let path = path.split_once('?').map_or(path, |(p, _)| p);
             if path.is_empty() || path.ends_with('/') {
-                return Err(format!(
-                    "--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"
-                ));
+                return Err(format!("--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"));
             }
-            Ok(StoreSpec::Sqlite {
-                path: PathBuf::from(path),
-                default: false,
-            })
+            Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false })
         }
-        other => Err(format!(
-            "--store: unknown scheme {other:?} (this build knows: {})",
-            SCHEMES.join(", ")
-        )),
+        other => Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
     }
 }
 
@@ -65,7 +49,10 @@ pub fn default_state_dir() -> Result<PathBuf, String> {
     }
     match std::env::var_os("HOME").and_then(absolute) {
         Some(home) => Ok(home.join(".local/state/leaderrun")),
-        None => Err("no state directory: neither XDG_STATE_HOME nor HOME is set; give --store sqlite:///path/to/file.db".into()),
+        None => {
+            Err("no state directory: neither XDG_STATE_HOME nor HOME is set; give --store sqlite:///path/to/file.db"
+                .into())
+        }
     }
 }
 
@@ -85,14 +72,10 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
             if *default && access == Access::Create {
                 create_state_dir(path.parent().unwrap_or(Path::new(".")))?;
             }
-            Ok(Box::new(
-                super::sqlite::SqliteStore::open(path, access).await?,
-            ))
+            Ok(Box::new(super::sqlite::SqliteStore::open(path, access).await?))
         }
         #[allow(unreachable_patterns)]
-        _ => Err(StoreError::refused(
-            "this store is not compiled into this build of leaderrun",
-        )),
+        _ => Err(StoreError::refused("this store is not compiled into this build of leaderrun")),
     }
 }
 
@@ -102,12 +85,7 @@ fn create_state_dir(dir: &Path) -> Result<(), StoreError> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| {
-            StoreError::refused(format!(
-                "cannot create state directory {}: {e}",
-                dir.display()
-            ))
-        })
+        .map_err(|e| StoreError::refused(format!("cannot create state directory {}: {e}", dir.display())))
 }
 
 /// `url` with any password replaced by `***`, safe to print or log.
@@ -120,11 +98,7 @@ pub fn redact(url: &str) -> String {
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_string()
-            };
+            let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_string() };
             let tail = redact_query(tail);
             format!("{scheme}://{masked}@{host}{tail}")
         }
@@ -140,9 +114,7 @@ fn redact_query(tail: &str) -> String {
     let masked: Vec<String> = query
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((k, _))
-                if k.to_ascii_lowercase().contains("pass") || k.eq_ignore_ascii_case("token") =>
-            {
+            Some((k, _)) if k.to_ascii_lowercase().contains("pass") || k.eq_ignore_ascii_case("token") => {
                 format!("{k}=***")
             }
             _ => pair.to_string(),
@@ -162,37 +134,14 @@ mod tests {
     #[test]
     fn sqlite_urls() {
         let p = |u| parse(Some(u), no_state).unwrap();
-        assert_eq!(
-            p("sqlite:///a/b.db"),
-            StoreSpec::Sqlite {
-                path: "/a/b.db".into(),
-                default: false
-            }
-        );
-        assert_eq!(
-            p("sqlite://rel/b.db"),
-            StoreSpec::Sqlite {
-                path: "rel/b.db".into(),
-                default: false
-            }
-        );
-        assert_eq!(
-            p("sqlite:b.db"),
-            StoreSpec::Sqlite {
-                path: "b.db".into(),
-                default: false
-            }
-        );
+        assert_eq!(p("sqlite:///a/b.db"), StoreSpec::Sqlite { path: "/a/b.db".into(), default: false });
+        assert_eq!(p("sqlite://rel/b.db"), StoreSpec::Sqlite { path: "rel/b.db".into(), default: false });
+        assert_eq!(p("sqlite:b.db"), StoreSpec::Sqlite { path: "b.db".into(), default: false });
         assert_eq!(
             parse(None, no_state).unwrap(),
-            StoreSpec::Sqlite {
-                path: "/state/leaderrun.db".into(),
-                default: true
-            }
+            StoreSpec::Sqlite { path: "/state/leaderrun.db".into(), default: true }
         );
-        assert!(parse(Some("sqlite://"), no_state)
-            .unwrap_err()
-            .contains("names no file"));
+        assert!(parse(Some("sqlite://"), no_state).unwrap_err().contains("names no file"));
     }
 
     #[test]
@@ -206,16 +155,10 @@ mod tests {
 
     #[test]
     fn redaction() {
-        assert_eq!(
-            redact("postgres://u:hunter2@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
+        assert_eq!(redact("postgres://u:hunter2@h:5432/db"), "postgres://u:***@h:5432/db");
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact("redis://:p%40ss@h"), "redis://:***@h");
-        assert_eq!(
-            redact("postgres://h/db?user=u&password=hunter2"),
-            "postgres://h/db?user=u&password=***"
-        );
+        assert_eq!(redact("postgres://h/db?user=u&password=hunter2"), "postgres://h/db?user=u&password=***");
         assert_eq!(redact("sqlite:///a/b.db"), "sqlite:///a/b.db");
     }
 }

@@ -1,0 +1,596 @@
+//! `leaderrun-faultrun`: the fault-injection run that counts overlapping children.
+//!
+//! Several `leaderrun --wait` contenders campaign for one lock, each running
+//! `leaderrun-probe` as its child (START / BEAT / STOP lines on CLOCK_MONOTONIC, and
+//! a non-blocking flock held for the probe's whole life: failing to get it is an
+//! overlap caught in the act). A supervisor restarts every contender that exits.
+//! Every 1–5 s a scheduler picks a fault, applies it to the current holder, holds
+//! it, heals it. At the end a checker reads the log and reports overlaps (the
+//! figure that must be 0), fencing tokens out of order, failover gaps per fault
+//! kind and false losses. Exit status 1 on any overlap or token disorder.
+//!
+//!     cargo run --release --bin leaderrun-faultrun -- --faults 1000
+//!
+//! A test instrument, not part of leaderrun. Stores with a server will add their
+//! own faults (kill/restart, freeze, network cut through a proxy) to `Fault`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use rand::{Rng, SeedableRng};
+
+const LOCK: &str = "faultrun";
+
+fn now_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// The faults, each applied to the current holder and then healed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    KillWrapper,
+    KillChild,
+    StopWrapperShort,
+    StopWrapperAboutTtl,
+    StopWrapperLong,
+    TermWrapper,
+    Release,
+}
+
+impl Fault {
+    const ALL: [Fault; 7] = [
+        Fault::KillWrapper,
+        Fault::KillChild,
+        Fault::StopWrapperShort,
+        Fault::StopWrapperAboutTtl,
+        Fault::StopWrapperLong,
+        Fault::TermWrapper,
+        Fault::Release,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Fault::KillWrapper => "SIGKILL wrapper",
+            Fault::KillChild => "SIGKILL child",
+            Fault::StopWrapperShort => "SIGSTOP wrapper 0.3 ttl",
+            Fault::StopWrapperAboutTtl => "SIGSTOP wrapper 1.0 ttl",
+            Fault::StopWrapperLong => "SIGSTOP wrapper 2.0 ttl",
+            Fault::TermWrapper => "SIGTERM wrapper",
+            Fault::Release => "leaderrun release",
+        }
+    }
+
+    /// Whether the holder is expected to lose its lease (and exit 75) under this fault.
+    fn may_lose_lease(self) -> bool {
+        matches!(self, Fault::StopWrapperAboutTtl | Fault::StopWrapperLong | Fault::Release)
+    }
+}
+
+struct Config {
+    faults: usize,
+    contenders: usize,
+    ttl: Duration,
+    renew_every: Duration,
+    kill_after: Duration,
+    gap_min: Duration,
+    gap_max: Duration,
+    seed: u64,
+    keep: Option<PathBuf>,
+    report: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Config, String> {
+    let mut c = Config {
+        faults: 30,
+        contenders: 3,
+        ttl: Duration::from_secs(2),
+        renew_every: Duration::from_millis(500),
+        kill_after: Duration::from_millis(500),
+        gap_min: Duration::from_secs(1),
+        gap_max: Duration::from_secs(5),
+        seed: rand::random(),
+        keep: None,
+        report: None,
+    };
+    let mut it = std::env::args().skip(1);
+    let dur = |v: Option<String>, f: &str| -> Result<Duration, String> {
+        humantime::parse_duration(&v.ok_or(format!("{f} needs a value"))?).map_err(|e| format!("{f}: {e}"))
+    };
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--faults" => c.faults = it.next().and_then(|v| v.parse().ok()).ok_or("--faults needs a number")?,
+            "--contenders" => {
+                c.contenders = it.next().and_then(|v| v.parse().ok()).ok_or("--contenders needs a number")?
+            }
+            "--seed" => c.seed = it.next().and_then(|v| v.parse().ok()).ok_or("--seed needs a number")?,
+            "--ttl" => c.ttl = dur(it.next(), "--ttl")?,
+            "--renew-every" => c.renew_every = dur(it.next(), "--renew-every")?,
+            "--kill-after" => c.kill_after = dur(it.next(), "--kill-after")?,
+            "--gap-min" => c.gap_min = dur(it.next(), "--gap-min")?,
+            "--gap-max" => c.gap_max = dur(it.next(), "--gap-max")?,
+            "--keep" => c.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
+            "--report" => c.report = Some(it.next().ok_or("--report needs a file")?.into()),
+            "-h" | "--help" => {
+                println!(
+                    "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
+                     [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md]"
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if c.contenders < 2 || c.gap_min > c.gap_max {
+        return Err("need --contenders >= 2 and --gap-min <= --gap-max".into());
+    }
+    Ok(c)
+}
+
+/// Where the binaries are: next to this one.
+fn sibling(name: &str) -> PathBuf {
+    let me = std::env::current_exe().expect("current_exe");
+    me.parent().expect("exe dir").join(name)
+}
+
+/// One contender slot: the running wrapper and its identity.
+struct Slot {
+    child: Option<Child>,
+    identity: String,
+    generation: u64,
+}
+
+/// What the supervisor saw: (identity, exit status, monotonic ns).
+type Exits = Arc<Mutex<Vec<(String, i32, u64)>>>;
+
+struct Run {
+    dir: PathBuf,
+    store: String,
+    log: PathBuf,
+    config: Config,
+    slots: Arc<Mutex<Vec<Slot>>>,
+    exits: Exits,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Run {
+    fn leaderrun(&self) -> Command {
+        let mut cmd = Command::new(sibling("leaderrun"));
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .arg("--store")
+            .arg(&self.store)
+            .arg("--lock")
+            .arg(LOCK);
+        cmd
+    }
+
+    fn spawn_contender(&self, slot: usize, generation: u64) -> Slot {
+        let identity = format!("c{slot}-g{generation}");
+        let mut cmd = self.leaderrun();
+        cmd.args(["--wait", "--ttl"])
+            .arg(humantime::format_duration(self.config.ttl).to_string())
+            .arg("--renew-every")
+            .arg(humantime::format_duration(self.config.renew_every).to_string())
+            .arg("--kill-after")
+            .arg(humantime::format_duration(self.config.kill_after).to_string())
+            .arg("--identity")
+            .arg(&identity)
+            .arg("--")
+            .arg(sibling("leaderrun-probe"))
+            .arg("--log")
+            .arg(&self.log)
+            .arg("--lockfile")
+            .arg(self.dir.join("probe.flock"))
+            .arg("--id")
+            .arg(&identity)
+            .arg("--beat")
+            .arg("50ms")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.dir.join("leaderrun.stderr"))
+                    .expect("stderr file"),
+            ));
+        let child = cmd.spawn().expect("spawn leaderrun");
+        Slot { child: Some(child), identity, generation }
+    }
+
+    /// Restart contenders that exit, as a supervisor would.
+    fn supervise(self: &Arc<Self>) -> thread::JoinHandle<()> {
+        let run = Arc::clone(self);
+        thread::spawn(move || {
+            while !run.stopping.load(Ordering::SeqCst) {
+                {
+                    let mut slots = run.slots.lock().unwrap();
+                    for i in 0..slots.len() {
+                        let exited = match slots[i].child.as_mut().map(|c| c.try_wait()) {
+                            Some(Ok(Some(status))) => Some(status.code().unwrap_or_else(|| {
+                                use std::os::unix::process::ExitStatusExt;
+                                128 + status.signal().unwrap_or(0)
+                            })),
+                            _ => None,
+                        };
+                        if let Some(code) = exited {
+                            run.exits.lock().unwrap().push((slots[i].identity.clone(), code, now_ns()));
+                            note(&run.log, &format!("EXIT {} {code} {}", slots[i].identity, now_ns()));
+                            if !run.stopping.load(Ordering::SeqCst) {
+                                let generation = slots[i].generation + 1;
+                                slots[i] = run.spawn_contender(i, generation);
+                            }
+                        }
+                    }
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        })
+    }
+
+    /// The current holder's identity, from `leaderrun status --json`.
+    fn holder(&self) -> Option<String> {
+        let out = Command::new(sibling("leaderrun"))
+            .env_clear()
+            .args(["status", "--json", "--store", &self.store, "--lock", LOCK])
+            .output()
+            .ok()?;
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        value.get("holder")?.as_str().map(String::from)
+    }
+
+    fn wrapper_pid(&self, identity: &str) -> Option<Pid> {
+        let slots = self.slots.lock().unwrap();
+        slots
+            .iter()
+            .find(|s| s.identity == identity)
+            .and_then(|s| s.child.as_ref())
+            .map(|c| Pid::from_raw(c.id() as i32))
+    }
+
+    /// Wait (up to 30 s) for a holder whose wrapper we know; None is a liveness failure.
+    fn current_holder(&self) -> Option<(String, Pid)> {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Some(identity) = self.holder() {
+                if let Some(pid) = self.wrapper_pid(&identity) {
+                    return Some((identity, pid));
+                }
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    fn apply(&self, fault: Fault, wrapper: Pid) {
+        let ttl = self.config.ttl;
+        match fault {
+            Fault::KillWrapper => {
+                let _ = kill(wrapper, Signal::SIGKILL);
+            }
+            Fault::KillChild => {
+                if let Some(child) = probe_of(wrapper) {
+                    let _ = kill(child, Signal::SIGKILL);
+                }
+            }
+            Fault::StopWrapperShort | Fault::StopWrapperAboutTtl | Fault::StopWrapperLong => {
+                let factor = match fault {
+                    Fault::StopWrapperShort => 0.3,
+                    Fault::StopWrapperAboutTtl => 1.0,
+                    _ => 2.0,
+                };
+                let _ = kill(wrapper, Signal::SIGSTOP);
+                thread::sleep(ttl.mul_f64(factor));
+                let _ = kill(wrapper, Signal::SIGCONT);
+            }
+            Fault::TermWrapper => {
+                let _ = kill(wrapper, Signal::SIGTERM);
+            }
+            Fault::Release => {
+                let _ = Command::new(sibling("leaderrun"))
+                    .env_clear()
+                    .args(["release", "--store", &self.store, "--lock", LOCK])
+                    .stdout(Stdio::null())
+                    .status();
+            }
+        }
+    }
+
+    fn stop_all(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let mut slots = self.slots.lock().unwrap();
+        for slot in slots.iter_mut() {
+            if let Some(child) = &mut slot.child {
+                let pid = Pid::from_raw(child.id() as i32);
+                let _ = kill(pid, Signal::SIGCONT);
+                let _ = kill(pid, Signal::SIGTERM);
+            }
+        }
+        for slot in slots.iter_mut() {
+            if let Some(mut child) = slot.child.take() {
+                let started = Instant::now();
+                loop {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        break;
+                    }
+                    if started.elapsed() > Duration::from_secs(15) {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+}
+
+/// The probe running under `wrapper`: a child process named leaderrun-probe.
+fn probe_of(wrapper: Pid) -> Option<Pid> {
+    for entry in fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let comm = &stat[open + 1..close];
+        let ppid = stat[close + 1..].split_whitespace().nth(1).and_then(|f| f.parse::<i32>().ok());
+        if comm.starts_with("leaderrun-probe") && ppid == Some(wrapper.as_raw()) {
+            return Some(Pid::from_raw(pid));
+        }
+    }
+    None
+}
+
+/// One applied fault, for the checker.
+struct Applied {
+    fault: Fault,
+    holder: String,
+    at: u64,
+}
+
+/// One probe's life, from the log.
+#[derive(Debug, Default, Clone)]
+struct Life {
+    token: u64,
+    start: u64,
+    last: u64,
+    stopped: bool,
+}
+
+struct Report {
+    lines: Vec<String>,
+    failed: bool,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN; // printed as "-"
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn ms(v: f64) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: &Config) -> Report {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let mut lives: BTreeMap<String, Life> = BTreeMap::new();
+    let mut caught = 0usize;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["START", id, token, t] => {
+                let t = t.parse().unwrap_or(0);
+                lives.insert(
+                    id.to_string(),
+                    Life { token: token.parse().unwrap_or(0), start: t, last: t, stopped: false },
+                );
+            }
+            ["BEAT", id, t] => {
+                if let Some(life) = lives.get_mut(*id) {
+                    life.last = life.last.max(t.parse().unwrap_or(0));
+                }
+            }
+            ["STOP", id, t] => {
+                if let Some(life) = lives.get_mut(*id) {
+                    life.last = life.last.max(t.parse().unwrap_or(0));
+                    life.stopped = true;
+                }
+            }
+            ["OVERLAP", ..] => caught += 1,
+            _ => {}
+        }
+    }
+    let mut ordered: Vec<(&String, &Life)> = lives.iter().collect();
+    ordered.sort_by_key(|(_, l)| l.start);
+
+    // Overlapping intervals [start, last seen].
+    let mut overlaps = 0usize;
+    let mut longest = 0u64;
+    let mut latest_end: Option<(u64, &String)> = None;
+    for (id, life) in &ordered {
+        if let Some((end, prev)) = latest_end {
+            if life.start < end && prev != *id {
+                overlaps += 1;
+                longest = longest.max(end - life.start);
+            }
+        }
+        if latest_end.is_none_or(|(end, _)| life.last > end) {
+            latest_end = Some((life.last, id));
+        }
+    }
+    let disorder = ordered.windows(2).filter(|w| w[1].1.token <= w[0].1.token).count();
+
+    // Failover gap per fault kind: from the end of the faulted holder's child (its last
+    // sign of life, or the fault itself if that came later, as when the child is
+    // SIGKILLed between beats) to the next START. A holder whose child outlived the
+    // next fault held through this one: no failover to measure.
+    let mut gaps: BTreeMap<Fault, Vec<f64>> = BTreeMap::new();
+    let mut held_through: BTreeMap<Fault, usize> = BTreeMap::new();
+    for (i, a) in applied.iter().enumerate() {
+        let Some(old) = lives.get(&a.holder) else { continue };
+        let next_fault = applied.get(i + 1).map_or(u64::MAX, |n| n.at);
+        if old.last >= next_fault {
+            *held_through.entry(a.fault).or_default() += 1;
+            continue;
+        }
+        let end = old.last.max(a.at);
+        if let Some((_, next)) = ordered.iter().find(|(id, l)| l.start >= old.last && **id != a.holder) {
+            gaps.entry(a.fault).or_default().push(next.start.saturating_sub(end) as f64 / 1e6);
+        }
+    }
+    // False losses: a wrapper that exited 75 (lease lost) though no fault that may cost
+    // the lease was applied to it.
+    let false_losses: Vec<&(String, i32, u64)> = exits
+        .iter()
+        .filter(|(identity, code, _)| {
+            *code == 75 && !applied.iter().any(|a| &a.holder == identity && a.fault.may_lose_lease())
+        })
+        .collect();
+
+    let mut lines = Vec::new();
+    let mut counts: BTreeMap<Fault, usize> = BTreeMap::new();
+    for a in applied {
+        *counts.entry(a.fault).or_default() += 1;
+    }
+    lines.push(format!(
+        "fault run: {} faults, {} contenders, ttl {}, renew every {}, kill after {}, seed {}",
+        applied.len(),
+        config.contenders,
+        humantime::format_duration(config.ttl),
+        humantime::format_duration(config.renew_every),
+        humantime::format_duration(config.kill_after),
+        config.seed
+    ));
+    lines.push(format!("children started: {}", ordered.len()));
+    lines.push(format!("overlaps caught by flock: {caught}"));
+    lines.push(format!("overlapping intervals: {overlaps} (longest {:.1} ms)", longest as f64 / 1e6));
+    lines.push(format!("fencing tokens out of order: {disorder}"));
+    lines.push(format!("false losses: {}", false_losses.len()));
+    for (identity, _, _) in &false_losses {
+        lines.push(format!("  false loss: {identity} exited 75"));
+    }
+    lines.push(String::new());
+    lines.push("| fault | applied | held through | failovers | gap p50 ms | gap p99 ms | gap max ms |".into());
+    lines.push("|---|---|---|---|---|---|---|".into());
+    for fault in Fault::ALL {
+        let mut g = gaps.remove(&fault).unwrap_or_default();
+        g.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        lines.push(format!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            fault.name(),
+            counts.get(&fault).copied().unwrap_or(0),
+            held_through.get(&fault).copied().unwrap_or(0),
+            g.len(),
+            ms(percentile(&g, 50.0)),
+            ms(percentile(&g, 99.0)),
+            ms(g.last().copied().unwrap_or(f64::NAN))
+        ));
+    }
+    let failed = caught > 0 || overlaps > 0 || disorder > 0 || ordered.len() < 2;
+    lines.push(String::new());
+    lines.push(if failed { "RESULT: FAIL".into() } else { "RESULT: PASS (0 overlaps, tokens in order)".into() });
+    Report { lines, failed }
+}
+
+fn main() {
+    let config = match parse_args() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("leaderrun-faultrun: {e}");
+            std::process::exit(2);
+        }
+    };
+    let temp = tempdir();
+    let dir = config.keep.clone().unwrap_or_else(|| temp.clone());
+    fs::create_dir_all(&dir).expect("run directory");
+    let store = format!("sqlite://{}", dir.join("locks.db").display());
+    let log = dir.join("probe.log");
+    let _ = fs::remove_file(&log);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
+    let run = Arc::new(Run {
+        dir: dir.clone(),
+        store,
+        log: log.clone(),
+        slots: Arc::new(Mutex::new(Vec::new())),
+        exits: Arc::default(),
+        stopping: Arc::new(AtomicBool::new(false)),
+        config,
+    });
+    {
+        let mut slots = run.slots.lock().unwrap();
+        for i in 0..run.config.contenders {
+            slots.push(run.spawn_contender(i, 0));
+        }
+    }
+    let supervisor = run.supervise();
+    let mut applied = Vec::new();
+    let mut liveness_failure = false;
+    for n in 0..run.config.faults {
+        let gap = rng.random_range(run.config.gap_min.as_secs_f64()..=run.config.gap_max.as_secs_f64());
+        thread::sleep(Duration::from_secs_f64(gap));
+        let Some((holder, wrapper)) = run.current_holder() else {
+            eprintln!("leaderrun-faultrun: no holder emerged within 30 s (after {n} faults)");
+            liveness_failure = true;
+            break;
+        };
+        let fault = Fault::ALL[rng.random_range(0..Fault::ALL.len())];
+        let at = now_ns();
+        note(&log, &format!("FAULT {holder} {:?} {at}", fault));
+        run.apply(fault, wrapper);
+        note(&log, &format!("HEALED {holder} {:?} {}", fault, now_ns()));
+        applied.push(Applied { fault, holder, at });
+        if (n + 1) % 50 == 0 {
+            eprintln!("leaderrun-faultrun: {} faults applied", n + 1);
+        }
+    }
+    // Let the last failover finish before stopping everything.
+    thread::sleep(run.config.ttl * 2);
+    run.stop_all();
+    let _ = supervisor.join();
+    let exits = run.exits.lock().unwrap().clone();
+    let report = check(&log, &applied, &exits, &run.config);
+    let mut out = report.lines.join("\n");
+    if liveness_failure {
+        out.push_str("\nRESULT: FAIL (liveness: no holder emerged)");
+    }
+    println!("{out}");
+    if let Some(path) = &run.config.report {
+        let _ = fs::File::create(path).and_then(|mut f| writeln!(f, "{out}"));
+    }
+    if run.config.keep.is_none() {
+        let _ = fs::remove_dir_all(&temp);
+    } else {
+        eprintln!("leaderrun-faultrun: logs kept in {}", dir.display());
+    }
+    std::process::exit(if report.failed || liveness_failure { 1 } else { 0 });
+}
+
+/// Append a line of the run's own to the shared log (one write, O_APPEND).
+fn note(log: &Path, line: &str) {
+    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(log) {
+        let _ = f.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+fn tempdir() -> PathBuf {
+    let base = std::env::temp_dir().join(format!("leaderrun-faultrun-{}-{}", std::process::id(), now_ns()));
+    fs::create_dir_all(&base).expect("temp dir");
+    base
+}
