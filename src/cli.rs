@@ -315,7 +315,7 @@ pub struct RunArgs {
     pub conflict_exit_code: u8,
 
     /// The command to run while holding the lease, and its arguments. Put `--` before it.
-    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 

@@ -185,120 +185,42 @@ impl Elector {
     /// Run the payload while renewing the lease; stop it when the lease cannot be trusted.
     async fn lead(&mut self, payload: &mut dyn Payload, lease: Lease, sent: Duration) -> Outcome {
         let timing = self.timing();
-        let mut deadline = timing.deadline_after(sent);
+        let deadline = timing.deadline_after(sent);
         if let Err(err) = payload.start(&lease, deadline).await {
             // Nothing ran: free the lease at once rather than holding it for --min-hold.
             self.release(&lease, Duration::ZERO).await;
             return Outcome::StartFailed(err);
         }
         tracing::info!(lock = %lease.lock, token = lease.token, identity = %lease.identity, "elected; child started");
-
-        let mut next_renew = sent + timing.renew_every;
-        let mut renewing: Option<(Duration, Pending<Renew>)> = None;
-        let mut stopping: Option<Stopping> = None;
-        let mut stop_sent = false;
-        let mut kill_at = deadline;
-        let mut killed = false;
-
+        let mut term = Term::new(lease, timing, self.election.stop, sent);
         let exit = loop {
-            let renew_allowed = matches!(stopping, None | Some(Stopping::Interrupted));
-            let stop_at = timing.stop_at(deadline);
-            let clock = self.clock.clone();
-            let clock2 = self.clock.clone();
-            let clock3 = self.clock.clone();
+            // The clock first: a wrapper resumed from SIGSTOP must act on the time that
+            // passed before it looks at a renewal that may have come back meanwhile.
+            term.enforce(self.now(), payload);
+            let (clock, clock2) = (self.clock.clone(), self.clock.clone());
+            let (next_renew, wake) = (term.next_renew, term.next_timer());
             tokio::select! {
                 biased;
                 exit = payload.wait() => break exit,
-                Some(signal) = self.signals.recv() => {
-                    tracing::info!(%signal, "relaying signal to the child's process group");
-                    payload.signal(signal);
-                    if ends_the_run(signal) && stopping.is_none() {
-                        stopping = Some(Stopping::Interrupted);
-                        kill_at = kill_at.min(self.now() + timing.kill_after);
-                    }
+                Some(signal) = self.signals.recv() => term.relay(signal, self.now(), payload),
+                result = async { term.renewing.as_mut().map(|(_, f)| f.as_mut()).expect("guarded").await }, if term.renewing.is_some() => {
+                    term.renewal_done(result, self.now(), payload);
                 }
-                result = async { renewing.as_mut().map(|(_, f)| f.as_mut()).expect("guarded").await }, if renewing.is_some() => {
-                    let (sent, _) = renewing.take().expect("guarded");
-                    match result {
-                        Ok(Ok(Renew::Renewed)) if renew_allowed => {
-                            deadline = deadline.max(timing.deadline_after(sent));
-                            if !matches!(stopping, Some(Stopping::Interrupted)) {
-                                kill_at = deadline;
-                            }
-                            payload.extend(deadline);
-                            next_renew = sent + timing.renew_every;
-                            tracing::debug!(token = lease.token, "renewed");
-                        }
-                        Ok(Ok(Renew::Renewed)) => {}
-                        Ok(Ok(Renew::Lost(record))) => {
-                            let why = match record {
-                                Some(r) if r.revoked => "leaderrun release asked this holder to stand down".to_string(),
-                                Some(LockRecord { holder: Some(holder), .. }) => format!("the lease was taken by {holder}"),
-                                _ => "the lease was freed behind this holder's back".to_string(),
-                            };
-                            tracing::error!(lock = %lease.lock, token = lease.token, "{why}; stopping the child");
-                            if !stop_sent {
-                                payload.signal(self.election.stop);
-                                stop_sent = true;
-                            }
-                            kill_at = kill_at.min(self.now() + timing.kill_after).min(deadline);
-                            stopping = Some(Stopping::Lost(why));
-                        }
-                        Ok(Err(err)) => {
-                            tracing::warn!(safe_for = ?deadline.saturating_sub(self.now()), "renewal failed: {err}");
-                            next_renew = self.now() + timing.retry_every();
-                        }
-                        Err(_) => {
-                            tracing::warn!(safe_for = ?deadline.saturating_sub(self.now()), "renewal timed out");
-                            next_renew = self.now() + timing.retry_every();
-                        }
-                    }
-                }
-                _ = async move { sleep_until(&*clock, next_renew).await }, if renewing.is_none() && renew_allowed => {
+                _ = async move { sleep_until(&*clock, next_renew).await }, if term.renewing.is_none() && term.renews() => {
                     let store = self.store.clone();
-                    let held = lease.clone();
+                    let held = term.lease.clone();
                     let sent = self.now();
                     let future: Pending<Renew> = Box::pin(timeout(timing.request_timeout(), async move { store.renew(&held, timing.ttl).await }));
-                    renewing = Some((sent, future));
+                    term.renewing = Some((sent, future));
                 }
-                _ = async move { sleep_until(&*clock2, stop_at).await }, if !stop_sent => {
-                    tracing::error!(lock = %lease.lock, token = lease.token, "the lease could not be renewed in time; stopping the child");
-                    payload.signal(self.election.stop);
-                    stop_sent = true;
-                    if matches!(stopping, None | Some(Stopping::Interrupted)) {
-                        stopping = Some(Stopping::Expiring);
-                    }
-                    renewing = None;
-                }
-                _ = async move { sleep_until(&*clock3, kill_at).await }, if !killed => {
-                    if kill_at >= deadline {
-                        tracing::error!(lock = %lease.lock, "the lease deadline passed; killing the child");
-                    }
-                    payload.kill();
-                    killed = true;
-                }
+                _ = async move { sleep_until(&*clock2, wake).await } => {}
             }
         };
         payload.finish();
-        match stopping {
-            None => {
-                tracing::info!(status = exit.status(), "child exited; releasing");
-                self.release(&lease, timing.min_hold).await;
-                Outcome::Exited(exit)
-            }
-            Some(Stopping::Interrupted) => {
-                self.release(&lease, Duration::ZERO).await;
-                Outcome::Exited(exit)
-            }
-            Some(Stopping::Lost(why)) => {
-                self.release(&lease, Duration::ZERO).await;
-                Outcome::LeaseLost { exit, why }
-            }
-            Some(Stopping::Expiring) => {
-                self.release(&lease, Duration::ZERO).await;
-                Outcome::LeaseLost { exit, why: "the lease could not be renewed in time".into() }
-            }
-        }
+        let lease = term.lease.clone();
+        let (keep, outcome) = term.outcome(exit);
+        self.release(&lease, keep).await;
+        outcome
     }
 
     /// Best effort: the lease expires by itself if this does not reach the store.
@@ -309,6 +231,153 @@ impl Elector {
                 tracing::warn!("could not release the lease (it will expire by itself): {err}")
             }
             Err(_) => tracing::warn!("releasing the lease timed out (it will expire by itself)"),
+        }
+    }
+}
+
+/// A renewal confirmed this close to the stop time is not used: the watchdog, which
+/// keeps the same deadline, may be signalling the child's group at this very moment.
+const HANDOFF_SLACK: Duration = Duration::from_millis(50);
+
+/// One term of leadership: the deadline, the renewal in flight, and how far the
+/// stopping of the payload has gone.
+struct Term {
+    lease: Lease,
+    timing: Timing,
+    stop_signal: Signal,
+    deadline: Duration,
+    next_renew: Duration,
+    renewing: Option<(Duration, Pending<Renew>)>,
+    stopping: Option<Stopping>,
+    stop_sent: bool,
+    kill_at: Duration,
+    killed: bool,
+}
+
+impl Term {
+    fn new(lease: Lease, timing: Timing, stop_signal: Signal, sent: Duration) -> Self {
+        let deadline = timing.deadline_after(sent);
+        Self {
+            lease,
+            timing,
+            stop_signal,
+            deadline,
+            next_renew: sent + timing.renew_every,
+            renewing: None,
+            stopping: None,
+            stop_sent: false,
+            kill_at: deadline,
+            killed: false,
+        }
+    }
+
+    /// Whether the lease is still being renewed (also while an interrupted child winds down).
+    fn renews(&self) -> bool {
+        matches!(self.stopping, None | Some(Stopping::Interrupted))
+    }
+
+    /// The next instant at which `enforce` has something to do.
+    fn next_timer(&self) -> Duration {
+        let stop = if self.stop_sent { Duration::MAX } else { self.timing.stop_at(self.deadline) };
+        let kill = if self.killed { Duration::MAX } else { self.kill_at.min(self.deadline) };
+        stop.min(kill)
+    }
+
+    /// The stop signal at `deadline − kill_after`, SIGKILL at the deadline (or earlier
+    /// once a stop is under way).
+    fn enforce(&mut self, now: Duration, payload: &mut dyn Payload) {
+        if !self.stop_sent && now >= self.timing.stop_at(self.deadline) {
+            tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the lease could not be renewed in time; stopping the child");
+            self.stop(Stopping::Expiring, now, payload);
+        }
+        if !self.killed && now >= self.kill_at.min(self.deadline) {
+            if now >= self.deadline {
+                tracing::error!(lock = %self.lease.lock, "the lease deadline passed; killing the child");
+            }
+            payload.kill();
+            self.killed = true;
+        }
+    }
+
+    /// Send the stop signal (once) and give the payload `kill_after` before SIGKILL.
+    fn stop(&mut self, why: Stopping, now: Duration, payload: &mut dyn Payload) {
+        if !self.stop_sent {
+            payload.signal(self.stop_signal);
+            self.stop_sent = true;
+        }
+        self.kill_at = self.kill_at.min(now + self.timing.kill_after);
+        self.renewing = None;
+        if matches!(self.stopping, None | Some(Stopping::Interrupted)) {
+            self.stopping = Some(why);
+        }
+    }
+
+    /// A signal sent to leaderrun: relay it; SIGINT and SIGTERM also end the run.
+    fn relay(&mut self, signal: Signal, now: Duration, payload: &mut dyn Payload) {
+        tracing::info!(%signal, "relaying signal to the child's process group");
+        payload.signal(signal);
+        if ends_the_run(signal) && self.stopping.is_none() {
+            self.stopping = Some(Stopping::Interrupted);
+            self.kill_at = self.kill_at.min(now + self.timing.kill_after);
+        }
+    }
+
+    fn renewal_done(
+        &mut self,
+        result: Result<crate::store::Result<Renew>, tokio::time::error::Elapsed>,
+        now: Duration,
+        payload: &mut dyn Payload,
+    ) {
+        let Some((sent, _)) = self.renewing.take() else { return };
+        match result {
+            Ok(Ok(Renew::Renewed)) if self.renews() => {
+                if now + HANDOFF_SLACK >= self.timing.stop_at(self.deadline) {
+                    tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the lease was renewed too late to be used; stopping the child");
+                    self.stop(Stopping::Expiring, now, payload);
+                    return;
+                }
+                self.deadline = self.deadline.max(self.timing.deadline_after(sent));
+                if self.stopping.is_none() {
+                    self.kill_at = self.deadline;
+                }
+                payload.extend(self.deadline);
+                self.next_renew = sent + self.timing.renew_every;
+                tracing::debug!(token = self.lease.token, "renewed");
+            }
+            Ok(Ok(Renew::Renewed)) => {}
+            Ok(Ok(Renew::Lost(record))) => {
+                let why = match record {
+                    Some(r) if r.revoked => "leaderrun release asked this holder to stand down".to_string(),
+                    Some(LockRecord { holder: Some(holder), .. }) => format!("the lease was taken by {holder}"),
+                    _ => "the lease was freed behind this holder's back".to_string(),
+                };
+                tracing::error!(lock = %self.lease.lock, token = self.lease.token, "{why}; stopping the child");
+                self.stop(Stopping::Lost(why), now, payload);
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(safe_for = ?self.deadline.saturating_sub(now), "renewal failed: {err}");
+                self.next_renew = now + self.timing.retry_every();
+            }
+            Err(_) => {
+                tracing::warn!(safe_for = ?self.deadline.saturating_sub(now), "renewal timed out");
+                self.next_renew = now + self.timing.retry_every();
+            }
+        }
+    }
+
+    /// How long to keep the lease after the payload is gone, and how the run ended.
+    fn outcome(self, exit: ChildExit) -> (Duration, Outcome) {
+        match self.stopping {
+            None => {
+                tracing::info!(status = exit.status(), "child exited; releasing");
+                (self.timing.min_hold, Outcome::Exited(exit))
+            }
+            // Interrupted: free at once, --min-hold or not.
+            Some(Stopping::Interrupted) => (Duration::ZERO, Outcome::Exited(exit)),
+            Some(Stopping::Lost(why)) => (Duration::ZERO, Outcome::LeaseLost { exit, why }),
+            Some(Stopping::Expiring) => {
+                (Duration::ZERO, Outcome::LeaseLost { exit, why: "the lease could not be renewed in time".into() })
+            }
         }
     }
 }

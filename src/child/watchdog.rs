@@ -172,16 +172,22 @@ pub fn main(args: &[String]) -> u8 {
     let mut pending: Vec<u8> = Vec::new();
     let mut chunk = [0u8; 512];
     loop {
-        let timeout = match guard.tick() {
-            None => nix::poll::PollTimeout::NONE,
-            Some(d) => nix::poll::PollTimeout::try_from(d.as_millis().clamp(1, 60_000) as i32)
-                .unwrap_or(nix::poll::PollTimeout::MAX),
-        };
+        // Read whatever the wrapper has already sent before judging the deadline: a
+        // renewal that reached the pipe must count.
         let mut fds = [nix::poll::PollFd::new(stdin.as_fd(), nix::poll::PollFlags::POLLIN)];
-        match nix::poll::poll(&mut fds, timeout) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) => {}
-            Err(_) => break,
+        let pending_input = matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0);
+        if !pending_input {
+            let timeout = match guard.tick() {
+                None => nix::poll::PollTimeout::NONE,
+                Some(d) => nix::poll::PollTimeout::try_from(d.as_millis().clamp(1, 60_000) as i32)
+                    .unwrap_or(nix::poll::PollTimeout::MAX),
+            };
+            let mut fds = [nix::poll::PollFd::new(stdin.as_fd(), nix::poll::PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, timeout) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(_) => break,
+            }
         }
         let n = match nix::unistd::read(&stdin, &mut chunk) {
             Ok(0) => break,

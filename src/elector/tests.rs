@@ -282,6 +282,42 @@ async fn a_renewal_that_recovers_in_time_keeps_the_child_running() {
     assert!(deadline <= at + safe());
 }
 
+/// A clock that can jump ahead, as a SIGSTOPped wrapper sees it when it resumes.
+struct JumpClock {
+    base: TokioClock,
+    jumped: Mutex<Duration>,
+}
+
+impl Clock for JumpClock {
+    fn now(&self) -> Duration {
+        self.base.now() + *self.jumped.lock().unwrap()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_answered_after_the_stop_time_is_not_used() {
+    let clock = Arc::new(JumpClock { base: TokioClock::new(), jumped: Mutex::new(Duration::ZERO) });
+    let mut s = setup();
+    s.clock = clock.clone();
+    s.store = Arc::new(MemoryStore::new(s.clock.clone()));
+    // The renewal sent at 2 s is answered at 2.3 s; meanwhile (at 2.26 s, between two of
+    // the elector's clock checks) the wrapper is "frozen" for 7 s, so the answer arrives
+    // at 9.3 s, past the stop time (8.7 s).
+    s.store.set_renew(Behaviour::Late(secs(0.3)));
+    tokio::spawn(async move {
+        tokio::time::sleep(secs(2.26)).await;
+        *clock.jumped.lock().unwrap() = secs(7.0);
+    });
+    let mut child = s.recorder(None, false);
+    let run = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child);
+    let outcome = tokio::time::timeout(secs(60.0), run).await.expect("the child was never stopped");
+    assert!(matches!(outcome, Outcome::LeaseLost { .. }), "{outcome:?}");
+    assert!(child.extends().is_empty(), "a renewal confirmed after the stop time moved the deadline");
+    assert_eq!(child.signals(), vec![(secs(9.3), Signal::SIGTERM)]);
+    // SIGKILL at the deadline: 9.8 s - margin.
+    assert_eq!(child.kills(), vec![safe()]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lost_lease_stops_the_child_at_once() {
     let mut s = setup();

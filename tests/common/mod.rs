@@ -75,23 +75,6 @@ pub fn pid_stopped(pid: i32) -> bool {
     matches!(proc_state(pid), Some('T'))
 }
 
-/// Live (non-zombie) processes whose process group is `pgid`.
-pub fn group_members(pgid: i32) -> Vec<i32> {
-    let mut found = Vec::new();
-    let Ok(entries) = fs::read_dir("/proc") else { return found };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some(close) = stat.rfind(')') else { continue };
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        // fields[0] = state, [1] = ppid, [2] = pgrp
-        if fields.len() > 2 && fields[2] == pgid.to_string() && !matches!(fields[0], "Z" | "X") {
-            found.push(pid);
-        }
-    }
-    found
-}
-
 /// The exit code of a process that exited normally; panics (with `context`) otherwise.
 pub fn code_of(status: ExitStatus, context: &str) -> i32 {
     match status.code() {
@@ -140,7 +123,8 @@ impl Sandbox {
 
     /// `leaderrun` with nothing but a clean environment: no LEADERRUN_* variable inherited
     /// from whoever runs the tests, `D` set to the sandbox directory (for the children's
-    /// scripts), the sandbox's marker, and stdin from /dev/null. No --store.
+    /// scripts), HOME and XDG_STATE_HOME inside the sandbox, the sandbox's marker, and
+    /// stdin from /dev/null. No --store.
     pub fn bare(&self) -> Command {
         let mut cmd = Command::new(BIN);
         for (name, _) in std::env::vars_os() {
@@ -149,6 +133,35 @@ impl Sandbox {
             }
         }
         cmd.env("D", self.path()).env(MARKER, self.path()).stdin(Stdio::null());
+        // Should a test forget --store, a non-root run still stays in the sandbox.
+        cmd.env("HOME", self.file("home")).env("XDG_STATE_HOME", self.file("state"));
+        cmd
+    }
+
+    /// Like `bare`, but when the tests run as root, as the unprivileged user 65534: as root
+    /// the default store is /var/lib/leaderrun, the real system's, which a test must never
+    /// touch. The binary is run from a copy in the sandbox, so that it does not matter
+    /// whether that user may enter the directory the build lives in.
+    pub fn bare_unprivileged(&self) -> Command {
+        if !nix::unistd::geteuid().is_root() {
+            return self.bare();
+        }
+        let copy = self.file("leaderrun-unprivileged");
+        if !copy.exists() {
+            fs::hard_link(BIN, &copy).or_else(|_| fs::copy(BIN, &copy).map(drop)).expect("copy the binary");
+            fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod the binary");
+        }
+        let mut cmd = self.bare();
+        let mut unprivileged = Command::new(&copy);
+        unprivileged.args(cmd.get_args());
+        for (name, value) in cmd.get_envs() {
+            match value {
+                Some(value) => unprivileged.env(name, value),
+                None => unprivileged.env_remove(name),
+            };
+        }
+        cmd = unprivileged;
+        cmd.stdin(Stdio::null()).current_dir(self.path()).uid(65534).gid(65534);
         cmd
     }
 
@@ -184,8 +197,9 @@ impl Sandbox {
         let out = self.output(self.sub("status", &["--json", "--lock", lock]));
         let code = code_of(out.status, "leaderrun status --json");
         let text = String::from_utf8_lossy(&out.stdout);
-        let value = serde_json::from_str(text.trim())
-            .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", String::from_utf8_lossy(&out.stderr)));
+        let value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+            panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", String::from_utf8_lossy(&out.stderr))
+        });
         (code, value)
     }
 
@@ -223,6 +237,28 @@ impl Sandbox {
         self.file(name).exists()
     }
 
+    /// Every live process this sandbox started, directly or not (wrappers, watchdogs,
+    /// children, grandchildren), with its command line.
+    pub fn processes(&self) -> Vec<(i32, String)> {
+        marked(self.path()).into_iter().map(|pid| (pid, cmdline(pid))).collect()
+    }
+
+    /// Wait until no process this sandbox started is left (a leaked watchdog or
+    /// grandchild fails the test).
+    pub fn wait_no_processes_left(&self, within: Duration) {
+        let started = Instant::now();
+        loop {
+            let left = self.processes();
+            if left.is_empty() {
+                return;
+            }
+            if started.elapsed() > within {
+                panic!("processes left behind after {within:?}: {left:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Wait until `name` holds a pid (children write it to a temp file and rename it), and return it.
     pub fn wait_pid(&self, name: &str) -> i32 {
         let mut pid = None;
@@ -244,29 +280,50 @@ impl Drop for Sandbox {
     }
 }
 
-/// SIGKILL every process whose environment carries this sandbox's marker, until none is left.
-fn kill_marked(dir: &Path) {
+/// Live processes whose environment carries the marker of the sandbox in `dir`.
+fn marked(dir: &Path) -> Vec<i32> {
     let wanted = format!("{MARKER}={}", dir.display()).into_bytes();
     let me = std::process::id() as i32;
-    for _ in 0..100 {
-        let mut found = 0;
-        let Ok(entries) = fs::read_dir("/proc") else { return };
-        for entry in entries.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            if pid == me || !pid_alive(pid) {
-                continue;
-            }
-            let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else { continue };
-            if environ.split(|&b| b == 0).any(|var| var == wanted.as_slice()) {
-                found += 1;
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
+    let mut found = Vec::new();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me || !pid_alive(pid) {
+            continue;
         }
-        if found == 0 {
+        let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if environ.split(|&b| b == 0).any(|var| var == wanted.as_slice()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// SIGKILL every process whose environment carries this sandbox's marker, until none is left.
+fn kill_marked(dir: &Path) {
+    for _ in 0..100 {
+        let found = marked(dir);
+        if found.is_empty() {
             return;
+        }
+        for pid in found {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The command line of a process, for messages.
+pub fn cmdline(pid: i32) -> String {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " ").trim().to_string())
+        .unwrap_or_default()
 }
 
 /// A leaderrun running in the background.
@@ -283,7 +340,8 @@ impl Wrapper {
     }
 
     pub fn signal(&self, signal: Signal) {
-        kill(Pid::from_raw(self.pid()), signal).unwrap_or_else(|e| panic!("cannot send {signal} to {}: {e}", self.name));
+        kill(Pid::from_raw(self.pid()), signal)
+            .unwrap_or_else(|e| panic!("cannot send {signal} to {}: {e}", self.name));
     }
 
     /// Its exit status if it has exited.
@@ -316,7 +374,11 @@ impl Wrapper {
     /// Wait (at most `within`) for it to exit; return its status and everything it printed.
     pub fn finish(mut self, within: Duration) -> Output {
         let status = self.wait_status(within);
-        Output { status, stdout: fs::read(&self.out).unwrap_or_default(), stderr: fs::read(&self.err).unwrap_or_default() }
+        Output {
+            status,
+            stdout: fs::read(&self.out).unwrap_or_default(),
+            stderr: fs::read(&self.err).unwrap_or_default(),
+        }
     }
 
     pub fn stdout(&self) -> String {
@@ -334,14 +396,6 @@ impl Drop for Wrapper {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-/// Make a command run as an unprivileged user when the tests run as root: as root the
-/// default store is /var/lib/leaderrun, the real system's, which a test must never touch.
-pub fn unprivileged(cmd: &mut Command) {
-    if nix::unistd::geteuid().is_root() {
-        cmd.uid(65534).gid(65534);
     }
 }
 
