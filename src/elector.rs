@@ -176,7 +176,8 @@ impl Elector {
                 Some(signal) = self.signals.recv() => return Err(Outcome::Interrupted(signal)),
             }
             if give_up.is_some_and(|t| self.now() >= t) {
-                return Err(Outcome::Conflict(None));
+                // The turn never came because the store was down: say so, not "held elsewhere".
+                return Err(Outcome::StoreFailed(failure));
             }
             backoff = (backoff * 2).min(timing.renew_every);
         }

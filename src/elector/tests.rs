@@ -447,6 +447,16 @@ async fn wait_timeout_gives_a_conflict() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_wait_that_times_out_on_a_dead_store_reports_the_store_not_a_conflict() {
+    let mut s = setup();
+    s.store.set_acquire(Behaviour::Fail);
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = s.elector("a", Mode::Wait { timeout: Some(secs(5.0)) }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
+    assert!(child.events().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_signal_while_waiting_ends_the_wait_at_once() {
     let mut s = setup();
     s.store.steal(LOCK, "other", secs(100.0));
