@@ -15,7 +15,6 @@ use crate::clock::BootClock;
 use crate::elector::{Election, Elector, Mode, Outcome};
 use crate::exit;
 use crate::logging;
-use crate::payload::StartError;
 use crate::store::url::{self, Access, StoreSpec};
 use crate::store::{validate_lock_name, LockRecord, Store};
 use crate::timing::{validate_timeout, Timing};
@@ -145,7 +144,6 @@ async fn run(args: RunArgs) -> u8 {
             exit::LEASE_LOST
         }
         Outcome::StoreFailed(err) => fail(exit::STORE_UNAVAILABLE, err),
-        Outcome::StartFailed(err @ StartError::Internal(_)) => fail(err.status(), err),
         Outcome::StartFailed(err) => fail(err.status(), err),
     }
 }

@@ -57,6 +57,17 @@ fn cron_fleet_runs_each_firing_exactly_once() {
 }
 
 #[test]
+fn twenty_processes_racing_to_create_the_store_elect_exactly_one() {
+    let sb = Sandbox::new();
+    // The store file does not exist yet: all twenty race to create it, switch it to WAL
+    // and create the table. None may see "database is locked"; exactly one runs.
+    assert!(!sb.store_path().exists());
+    let outs = cron_wave(&sb, "race", "created-together", &[], 20);
+    assert_quiet_success(&outs, "the creation race");
+    assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one of twenty must run");
+}
+
+#[test]
 fn cron_fleet_runs_again_once_min_hold_has_passed() {
     let sb = Sandbox::new();
     let outs = cron_wave(&sb, "wave1", "hourly", &["--min-hold", "2s"], 10);

@@ -111,7 +111,8 @@ impl SqliteStore {
                     let pause = rand::rng().random_range(2..20);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
-                Err(err) => return Err(store_error(path, err).into_refused()),
+                // Whatever still fails at open time will not pass by retrying.
+                Err(err) => return Err(StoreError::refused(store_error(path, err).message)),
             }
         }
     }
@@ -166,12 +167,6 @@ fn record_from(lock: String, row: &sqlx::sqlite::SqliteRow) -> LockRecord {
         held_since: live.then(|| UNIX_EPOCH + Duration::from_millis(acquired_unix_ms as u64)),
         expires_in: live.then(|| Duration::from_nanos(left as u64)),
         revoked: live && revoked != 0,
-    }
-}
-
-impl StoreError {
-    fn into_refused(self) -> Self {
-        StoreError::refused(self.message)
     }
 }
 
