@@ -1,0 +1,281 @@
+//! The store conformance suite: written once, run against every store.
+//!
+//! A store joins by implementing `Harness` (open a fresh store — a new connection,
+//! as a separate leaderrun process would have — and restart its server) and calling
+//! `conformance_suite!(harness_expression)` in its own test file. Every test waits on
+//! events with generous bounds; none asserts how fast anything happened.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use leaderrun::store::{Acquire, Lease, Renew, Store};
+
+/// Generous bound on anything that should happen "soon".
+pub const SOON: Duration = Duration::from_secs(30);
+/// The lease duration the suite asks for, unless a test needs it short.
+pub const TTL: Duration = Duration::from_secs(30);
+
+#[async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// A new client of the same store, as another leaderrun process would open it.
+    async fn open(&self) -> Arc<dyn Store>;
+    /// Stop and start the store's server (for an embedded store: drop every client and
+    /// reopen the file). Leases written before must survive.
+    async fn restart(&self);
+}
+
+/// A lock name no other test uses.
+pub fn unique(name: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
+pub async fn won(store: &dyn Store, lock: &str, identity: &str, ttl: Duration) -> Lease {
+    match store.acquire(lock, identity, ttl).await.expect("acquire") {
+        Acquire::Won(lease) => lease,
+        Acquire::Held(record) => panic!("{identity} expected to win {lock:?}, held by {:?}", record.holder),
+    }
+}
+
+pub async fn held(store: &dyn Store, lock: &str, identity: &str) {
+    match store.acquire(lock, identity, TTL).await.expect("acquire") {
+        Acquire::Won(lease) => panic!("{identity} took {lock:?} (token {}) while it was held", lease.token),
+        Acquire::Held(record) => assert!(record.is_held(), "a refused acquire must report a holder: {record:?}"),
+    }
+}
+
+pub async fn exclusive_acquire_with_50_contenders(h: &dyn Harness) {
+    let lock = unique("fifty");
+    let mut stores = Vec::new();
+    for _ in 0..50 {
+        stores.push(h.open().await);
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(50));
+    let mut tasks = Vec::new();
+    for (i, store) in stores.into_iter().enumerate() {
+        let (lock, barrier) = (lock.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store.acquire(&lock, &format!("contender-{i}"), TTL).await
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await.expect("task").expect("no contender may see a store error") {
+            Acquire::Won(lease) => winners.push(lease),
+            Acquire::Held(record) => assert!(record.is_held()),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one of 50 must win: {winners:?}");
+    let status = h.open().await.status(&lock).await.unwrap();
+    assert_eq!(status.holder.as_deref(), Some(winners[0].identity.as_str()));
+    assert_eq!(status.token, winners[0].token);
+}
+
+pub async fn renew_by_the_holder_only(h: &dyn Harness) {
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("renew");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    assert_eq!(b.renew(&lease, TTL).await.unwrap(), Renew::Renewed, "any client may renew with the lease");
+    let impostor = Lease { identity: "b".into(), ..lease.clone() };
+    assert!(matches!(b.renew(&impostor, TTL).await.unwrap(), Renew::Lost(_)), "another identity must not renew");
+    let stale = Lease { token: lease.token + 1, ..lease.clone() };
+    assert!(matches!(b.renew(&stale, TTL).await.unwrap(), Renew::Lost(_)), "another token must not renew");
+    held(&*b, &lock, "b").await;
+    held(&*a, &lock, "a").await; // not even by the holder's own identity: one lease, one token
+}
+
+pub async fn expiry_frees_the_lock(h: &dyn Harness) {
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("expiry");
+    let first = won(&*a, &lock, "a", Duration::from_millis(300)).await;
+    held(&*b, &lock, "b").await;
+    let started = Instant::now();
+    let second = loop {
+        if let Acquire::Won(lease) = b.acquire(&lock, "b", TTL).await.unwrap() {
+            break lease;
+        }
+        assert!(started.elapsed() < SOON, "an expired lease was never freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(second.token > first.token);
+    assert!(matches!(a.renew(&first, TTL).await.unwrap(), Renew::Lost(_)), "the expired holder must not renew");
+}
+
+pub async fn release_frees_the_lock_at_once(h: &dyn Harness) {
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("release");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    assert!(!b.status(&lock).await.unwrap().is_held());
+    let next = won(&*b, &lock, "b", TTL).await;
+    assert!(next.token > lease.token);
+    // A second release of the old lease must not free the new holder's.
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    assert_eq!(b.status(&lock).await.unwrap().holder.as_deref(), Some("b"));
+}
+
+pub async fn release_with_keep_holds_until_then(h: &dyn Harness) {
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("keep");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    a.release(&lease, Duration::from_secs(600)).await.unwrap();
+    let status = b.status(&lock).await.unwrap();
+    assert_eq!(status.holder.as_deref(), Some("a"), "the lease stays taken for --min-hold");
+    assert!(status.expires_in.unwrap() > Duration::from_secs(300));
+    held(&*b, &lock, "b").await;
+    // A keep that has already passed frees it at once.
+    let lock = unique("keep-passed");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    a.release(&lease, Duration::from_millis(1)).await.unwrap();
+    won(&*b, &lock, "b", TTL).await;
+}
+
+pub async fn tokens_strictly_increase(h: &dyn Harness) {
+    let store = h.open().await;
+    let lock = unique("tokens");
+    let mut last = 0;
+    for i in 0..100 {
+        let lease = won(&*store, &lock, &format!("holder-{i}"), TTL).await;
+        assert!(lease.token > last, "token {} after {last}", lease.token);
+        last = lease.token;
+        store.release(&lease, Duration::ZERO).await.unwrap();
+    }
+}
+
+pub async fn status_list_and_revoke_agree(h: &dyn Harness) {
+    let store = h.open().await;
+    let (held_lock, free_lock) = (unique("status-held"), unique("status-free"));
+    let lease = won(&*store, &held_lock, "a", TTL).await;
+    let gone = won(&*store, &free_lock, "b", TTL).await;
+    store.release(&gone, Duration::ZERO).await.unwrap();
+
+    let status = store.status(&held_lock).await.unwrap();
+    assert_eq!((status.holder.as_deref(), status.token), (Some("a"), lease.token));
+    assert!(status.held_since.is_some() && status.expires_in.is_some() && !status.revoked);
+    let free = store.status(&free_lock).await.unwrap();
+    assert!(!free.is_held() && free.token == gone.token && free.expires_in.is_none());
+    let never = store.status(&unique("never-seen")).await.unwrap();
+    assert!(!never.is_held() && never.token == 0);
+
+    let listed = store.list().await.unwrap();
+    let names: BTreeSet<&str> = listed.iter().map(|r| r.lock.as_str()).collect();
+    assert!(names.contains(held_lock.as_str()) && names.contains(free_lock.as_str()), "{names:?}");
+    let in_list = listed.iter().find(|r| r.lock == held_lock).unwrap();
+    assert_eq!((in_list.holder.as_deref(), in_list.token), (Some("a"), lease.token));
+
+    let before = store.revoke(&held_lock).await.unwrap().expect("a held lock is revoked");
+    assert_eq!(before.holder.as_deref(), Some("a"));
+    assert!(store.revoke(&free_lock).await.unwrap().is_none(), "a free lock has nothing to revoke");
+    let status = store.status(&held_lock).await.unwrap();
+    assert!(status.is_held() && status.revoked, "revoked, but held until its holder stands down: {status:?}");
+}
+
+pub async fn revoked_holder_sees_it_at_the_next_renewal(h: &dyn Harness) {
+    let (a, admin, b) = (h.open().await, h.open().await, h.open().await);
+    let lock = unique("revoke");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    admin.revoke(&lock).await.unwrap();
+    held(&*b, &lock, "b").await; // never two: the old child may still be running
+    match a.renew(&lease, TTL).await.unwrap() {
+        Renew::Lost(Some(record)) => assert!(record.revoked, "{record:?}"),
+        other => panic!("a revoked lease was renewed: {other:?}"),
+    }
+    a.release(&lease, Duration::ZERO).await.unwrap(); // the holder stands down
+    let next = won(&*b, &lock, "b", TTL).await;
+    assert!(next.token > lease.token);
+    assert!(!b.status(&lock).await.unwrap().revoked);
+}
+
+pub async fn awkward_lock_names(h: &dyn Harness) {
+    let store = h.open().await;
+    let long: String = "é".repeat(255);
+    let names = [
+        format!("it's \"quoted\" {}", unique("q")),
+        format!("ünïcødé 日本語 {}", unique("u")),
+        format!("spaces in the name {}", unique("s")),
+        format!("back\\slash; DROP TABLE x; -- {}", unique("d")),
+        format!("percent % and _ {}", unique("p")),
+    ];
+    for name in names.iter().chain(std::iter::once(&long)) {
+        let lease = won(&*store, name, "a", TTL).await;
+        let status = store.status(name).await.unwrap();
+        assert_eq!(status.lock, *name);
+        assert_eq!(status.holder.as_deref(), Some("a"), "{name:?}");
+        assert!(store.list().await.unwrap().iter().any(|r| r.lock == *name), "{name:?} missing from list");
+        store.release(&lease, Duration::ZERO).await.unwrap();
+    }
+    // Similar names are different locks.
+    let base = unique("similar");
+    won(&*store, &base, "a", TTL).await;
+    won(&*store, &format!("{base} "), "b", TTL).await;
+    won(&*store, &base.to_uppercase(), "c", TTL).await;
+}
+
+pub async fn a_release_wakes_a_waiter(h: &dyn Harness) {
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("wake");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            b.changed(&lock, Duration::from_secs(3600)).await;
+            started.elapsed()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    let waited = tokio::time::timeout(SOON, waiter).await.expect("a release never woke the waiter").unwrap();
+    assert!(waited < Duration::from_secs(3600));
+    won(&*b, &lock, "b", TTL).await;
+}
+
+pub async fn leases_survive_a_restart(h: &dyn Harness) {
+    let a = h.open().await;
+    let lock = unique("restart");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    drop(a);
+    h.restart().await;
+    let (a, b) = (h.open().await, h.open().await);
+    held(&*b, &lock, "b").await;
+    assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed, "the holder renews after the restart");
+    let status = b.status(&lock).await.unwrap();
+    assert_eq!((status.holder.as_deref(), status.token), (Some("a"), lease.token));
+}
+
+/// Generate one `#[tokio::test]` per conformance test for a harness.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($harness:expr) => {
+        $crate::conformance_suite!(@tests $harness;
+            exclusive_acquire_with_50_contenders,
+            renew_by_the_holder_only,
+            expiry_frees_the_lock,
+            release_frees_the_lock_at_once,
+            release_with_keep_holds_until_then,
+            tokens_strictly_increase,
+            status_list_and_revoke_agree,
+            revoked_holder_sees_it_at_the_next_renewal,
+            awkward_lock_names,
+            a_release_wakes_a_waiter,
+            leases_survive_a_restart,
+        );
+    };
+    (@tests $harness:expr; $($name:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let harness = $harness.await;
+                conformance::$name(&harness).await;
+            }
+        )*
+    };
+}
