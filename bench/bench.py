@@ -1,0 +1,986 @@
+#!/usr/bin/env python3
+"""Benchmarks for leaderrun: `python3 bench/bench.py [--quick]`.
+
+Builds the release binaries, then measures, for every store in STORES (one table
+row each):
+
+  1. overhead   start-to-exit of a one-shot run, next to `true` and `flock FILE true`
+                in the same hyperfine run (ratios from that run)
+  2. handoff    a holder's child exits -> a --wait peer's child starts
+  3. failover   kill -9 of the holder's wrapper -> a --wait peer's child starts;
+                and how long the old child lived on
+  4. standby    store requests per second made by one idle --wait standby
+  5. memory     peak RSS (VmHWM) of the wrapper, its watchdog, and a standby
+
+It prints the tables and writes BENCHMARKS.md at the repository root (a --quick run
+writes only where --out says). It reports figures; it never asserts speed.
+bench/README.md says what each figure means and how it is measured.
+
+Adding a store: one Store(...) entry in STORES (with start/stop hooks when it needs
+a server); its leaderrun row follows. An anchor such as `etcdctl lock` is one
+Contender(...) entry in ANCHORS, with a command template of its own.
+
+Python 3.11 standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+LEADERRUN = ROOT / "target" / "release" / "leaderrun"
+PROBE = ROOT / "target" / "release" / "leaderrun-probe"
+
+# Every process this script starts carries this variable (and so do their children,
+# watchdogs included): the final sweep kills exactly those, and nothing else.
+MARK_VAR = "LEADERRUN_BENCH_RUN"
+MARK = uuid.uuid4().hex
+
+FIGURES = ("overhead", "handoff", "failover", "standby", "memory")
+
+
+# --------------------------------------------------------------------------- stores
+
+
+@dataclass
+class Session:
+    """One store, up for the duration of its benchmarks: its directory and server info."""
+
+    store: "Store"
+    dir: Path
+    info: dict = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.store.url(self)
+
+
+@dataclass
+class Store:
+    """A store leaderrun can use.
+
+    url(session) gives the --store URL; start(dir, procs) starts a server in the
+    temporary directory `dir` (spawning through `procs`, which kills it whatever
+    happens) and returns what url() and stop() need; stop(info) shuts it down.
+    """
+
+    name: str
+    url: Callable[[Session], str]
+    start: Optional[Callable[[Path, "Procs"], dict]] = None
+    stop: Optional[Callable[[dict], None]] = None
+    note: str = ""
+
+
+STORES: list[Store] = [
+    Store("sqlite", url=lambda s: f"sqlite://{s.dir}/leases.db", note="embedded, one file on local disk"),
+    # Store("postgres", url=lambda s: f"postgres://postgres@127.0.0.1:{s.info['port']}/postgres",
+    #       start=start_postgres, stop=stop_postgres),
+]
+
+
+# ---------------------------------------------------------------------- contenders
+
+# A command template: (session, lock name, child argv, wait?, extra flags) -> argv.
+# `wait` False is a one-shot run that must not keep the lease after its child exits.
+CommandTemplate = Callable[[Session, str, list, bool, list], list]
+
+
+def leaderrun_command(session: Session, lock: str, child: list, wait: bool, flags: list) -> list:
+    argv = [str(LEADERRUN), "--store", session.url, "--lock", lock]
+    argv += ["--wait"] if wait else ["--min-hold", "0s"]
+    return argv + list(flags) + ["--", *map(str, child)]
+
+
+@dataclass
+class Contender:
+    """One row of the tables: a command template run against one store's session.
+
+    Figures failover/standby/memory rely on leaderrun's flags (--ttl, -vvv) and its
+    watchdog; anchors such as `etcdctl lock` take part in overhead and handoff only.
+    """
+
+    label: str
+    store: str
+    command: CommandTemplate
+    figures: frozenset = frozenset(FIGURES)
+    is_leaderrun: bool = False
+
+
+def leaderrun_row(store: Store) -> Contender:
+    return Contender(f"leaderrun {store.name}", store.name, leaderrun_command, is_leaderrun=True)
+
+
+# Other lock tools measured next to a store, e.g. (with the etcd store):
+#   Contender("etcdctl lock", "etcd",
+#             lambda s, lock, child, wait, flags: ["etcdctl", f"--endpoints={s.info['endpoint']}",
+#                                                  "lock", lock, "--", *map(str, child)],
+#             figures=frozenset({"overhead", "handoff"})),
+ANCHORS: list[Contender] = []
+
+
+def contenders() -> list[Contender]:
+    return [leaderrun_row(s) for s in STORES] + ANCHORS
+
+
+# ----------------------------------------------------------------------- processes
+
+
+def marked_env(mark: str) -> dict:
+    env = dict(os.environ)
+    env[MARK_VAR] = mark
+    # leaderrun's own settings from the caller's environment must not change the runs.
+    for name in list(env):
+        if name.startswith("LEADERRUN_") and name != MARK_VAR:
+            del env[name]
+    return env
+
+
+def marked_pids(mark_prefix: str) -> list[int]:
+    """Pids of live processes whose environment carries MARK_VAR=<mark_prefix...>."""
+    needle = f"\0{MARK_VAR}={mark_prefix}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = b"\0" + f.read()
+        except OSError:
+            continue
+        if needle in environ and pid_alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def proc_stat(pid: int) -> Optional[tuple[str, int]]:
+    """(state, ppid) from /proc/PID/stat, or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """Running (a zombie is gone: its parent may be an init that never reaps)."""
+    st = proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def children_of(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = proc_stat(int(entry))
+            if st is not None and st[1] == pid:
+                kids.append(int(entry))
+    return kids
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def status_kib(pid: int, key: str) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class Procs:
+    """Starts processes, each in a session of its own, and ends all of them on exit.
+
+    Every process gets MARK_VAR=<mark>, inherited by its children (leaderrun's child
+    and its watchdog run in process groups of their own, and outlive a SIGKILLed
+    wrapper): cleanup() stops the wrappers politely, then SIGKILLs whatever still
+    carries the mark.
+    """
+
+    def __init__(self, mark: str):
+        self.mark = mark
+        self.env = marked_env(mark)
+        self.started: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "Procs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+    def spawn(self, argv: list, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw) -> subprocess.Popen:
+        p = subprocess.Popen(
+            [str(a) for a in argv],
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            env=self.env,
+            **kw,
+        )
+        self.started.append(p)
+        return p
+
+    @staticmethod
+    def terminate(p: subprocess.Popen, grace: float = 3.0) -> Optional[int]:
+        """SIGTERM (leaderrun relays it to its child and releases), SIGKILL after `grace`."""
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        return p.returncode
+
+    def cleanup(self) -> None:
+        for p in self.started:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 3
+        for p in self.started:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for _ in range(20):
+            pids = [pid for pid in marked_pids(self.mark)]
+            pids += [p.pid for p in self.started if p.poll() is None]
+            if not pids:
+                break
+            for pid in set(pids):
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            time.sleep(0.05)
+        for p in self.started:
+            try:
+                p.wait(1)
+            except subprocess.TimeoutExpired:
+                pass
+        self.started.clear()
+
+
+# ------------------------------------------------------------------------ the probe
+
+
+def probe_argv(log: Path, lockfile: Path, pid: str, run_for: Optional[str] = None, beat: str = "1s") -> list:
+    argv = [PROBE, "--log", log, "--lockfile", lockfile, "--id", pid, "--beat", beat]
+    if run_for:
+        argv += ["--run-for", run_for]
+    return argv
+
+
+class ProbeLog:
+    """Follows the probes' shared log: START/STOP/OVERLAP times (CLOCK_MONOTONIC ns) by id."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.pos = 0
+        self.rest = b""
+        self.start: dict[str, int] = {}
+        self.stop: dict[str, int] = {}
+        self.overlaps: list[str] = []
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.pos += len(data)
+        data = self.rest + data
+        *lines, self.rest = data.split(b"\n")
+        for raw in lines:
+            words = raw.decode(errors="replace").split()
+            if len(words) >= 3 and words[0] == "START":
+                self.start[words[1]] = int(words[-1])
+            elif len(words) >= 3 and words[0] == "STOP":
+                self.stop[words[1]] = int(words[-1])
+            elif words and words[0] == "OVERLAP":
+                self.overlaps.append(" ".join(words))
+
+    def wait(self, kind: str, pid: str, timeout: float, proc: Optional[subprocess.Popen] = None,
+             step: float = 0.002) -> Optional[int]:
+        """The time of `kind` for probe `pid`; None after `timeout`, or as soon as `proc`
+        (the wrapper expected to start that probe) has exited without it."""
+        table = self.start if kind == "START" else self.stop
+        end = time.monotonic() + timeout
+        while True:
+            exited = proc is not None and proc.poll() is not None
+            self.poll()
+            if pid in table:
+                return table[pid]
+            if exited or time.monotonic() >= end:
+                return None
+            time.sleep(step)
+
+
+def why_not(proc: subprocess.Popen, stderr: Path) -> str:
+    """What to say when a wrapper's child did not start: its exit status and last stderr line."""
+    status = proc.poll()
+    text = f"exited with {status}" if status is not None else "still running, no START"
+    try:
+        lines = [l for l in stderr.read_text(errors="replace").splitlines() if l.strip()]
+    except OSError:
+        lines = []
+    return f"{text}: {lines[-1]}" if lines else text
+
+
+# ---------------------------------------------------------------------- statistics
+
+
+def pct(xs: list, q: float) -> float:
+    """Percentile with linear interpolation between closest ranks (numpy's default)."""
+    s = sorted(xs)
+    if not s:
+        return math.nan
+    k = (len(s) - 1) * q
+    lo = math.floor(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def ms(ns: float) -> float:
+    return ns / 1e6
+
+
+def fmt(x, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:.{digits}f}"
+
+
+def md_table(header: list, rows: list) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    cell = lambda c: " ".join(str(c).split()).replace("|", "\\|")
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
+
+
+def lock_name(what: str) -> str:
+    return f"bench-{what}-{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------- 1. overhead
+
+
+def fig_overhead(session: Session, rows: list[Contender], cfg: dict, procs_mark: str) -> dict:
+    """One hyperfine run: `true`, `flock FILE true`, and each row's one-shot `-- true`."""
+    d = session.dir / "overhead"
+    d.mkdir()
+    commands = [("true", ["true"]), ("flock FILE true", ["flock", d / "flock.lock", "true"])]
+    for c in rows:
+        commands.append((c.label, c.command(session, lock_name("overhead"), ["true"], False, [])))
+    # Each command once first: a failing one is reported with its own words, not hyperfine's.
+    with Procs(procs_mark) as procs:
+        for name, cmd in commands:
+            p = procs.spawn(cmd, stderr=subprocess.PIPE, text=True)
+            _, err = p.communicate(timeout=60)
+            if p.returncode != 0:
+                last = (err.strip().splitlines() or [""])[-1]
+                raise RuntimeError(f"`{name}` exited with {p.returncode}: {last}")
+    out = d / "hyperfine.json"
+    argv = ["hyperfine", "-N", "--style", "none", "--warmup", str(cfg["hf_warmup"]), "--runs", str(cfg["hf_runs"]),
+            "--export-json", str(out)]
+    for name, cmd in commands:
+        argv += ["-n", name, shlex.join(str(a) for a in cmd)]
+    with Procs(procs_mark) as procs:
+        p = procs.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        text, _ = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError(f"hyperfine failed ({p.returncode}): " + " ".join(text.split()))
+    results = {r["command"]: r for r in json.loads(out.read_text())["results"]}
+    base_true = results["true"]["median"]
+    base_flock = results["flock FILE true"]["median"]
+
+    # Store requests made by one one-shot run (leaderrun rows only): -vvv prints one line each.
+    requests = {}
+    with Procs(procs_mark) as procs:
+        for c in rows:
+            if not c.is_leaderrun:
+                continue
+            cmd = c.command(session, lock_name("requests"), ["true"], False, ["-vvv"])
+            p = procs.spawn(cmd, stderr=subprocess.PIPE, text=True)
+            _, err = p.communicate(timeout=30)
+            requests[c.label] = Counter(re.findall(r'store request op="?(\w+)', err))
+
+    table = []
+    for name, _ in commands:
+        r = results[name]
+        req = requests.get(name)
+        table.append({
+            "command": name,
+            "median_ms": r["median"] * 1e3,
+            "mean_ms": r["mean"] * 1e3,
+            "stddev_ms": (r.get("stddev") or 0) * 1e3,
+            "min_ms": r["min"] * 1e3,
+            "x_true": r["median"] / base_true,
+            "x_flock": r["median"] / base_flock,
+            "runs": len(r.get("times", [])),
+            "requests": sum(req.values()) if req else None,
+            "requests_by_op": dict(req) if req else None,
+        })
+    return {"store": session.store.name, "rows": table}
+
+
+# ---------------------------------------------------------------------- 2. handoff
+
+
+def fig_handoff(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict:
+    """A chain of --wait runs: each probe runs `hold`, the next waiter is started as
+    soon as the current holder's START is logged; gap = next START - this STOP."""
+    d = session.dir / f"handoff-{slug(c.label)}"
+    d.mkdir()
+    log, lockfile, lock = d / "probe.log", d / "probe.lock", lock_name("handoff")
+    hold = cfg["handoff_hold"]
+    n = cfg["handoffs"]
+    probes = ProbeLog(log)
+    gaps, head_starts, bad_exits, failure = [], [], 0, None
+    with open(d / "stderr.log", "wb") as errf, Procs(procs_mark) as procs:
+
+        def start(i: int) -> subprocess.Popen:
+            child = probe_argv(log, lockfile, f"h{i}", run_for=hold)
+            return procs.spawn(c.command(session, lock, child, True, []), stderr=errf)
+
+        prev = start(0)
+        if probes.wait("START", "h0", 20, prev) is None:
+            failure = "the first holder's child never started: " + why_not(prev, d / "stderr.log")
+        for i in range(1, n + 1):
+            if failure:
+                break
+            spawned = time.monotonic_ns()
+            cur = start(i)
+            started = probes.wait("START", f"h{i}", 20, cur)
+            stopped = probes.wait("STOP", f"h{i-1}", 5)
+            if started is None or stopped is None:
+                failure = f"handoff {i}: " + ("no START from the waiter: " + why_not(cur, d / "stderr.log")
+                                              if started is None else "no STOP from the holder")
+                break
+            gaps.append(started - stopped)
+            head_starts.append(stopped - spawned)
+            try:
+                if prev.wait(10) != 0:
+                    bad_exits += 1
+            except subprocess.TimeoutExpired:
+                bad_exits += 1
+            prev = cur
+            if i % 50 == 0:
+                say(f"    {i}/{n} handoffs")
+        probes.wait("STOP", f"h{len(gaps)}", 5)
+        try:
+            if prev.wait(10) != 0:
+                bad_exits += 1
+        except subprocess.TimeoutExpired:
+            bad_exits += 1
+    probes.poll()
+    gaps_ms = [ms(g) for g in gaps]
+    return {
+        "label": c.label,
+        "n": len(gaps),
+        "hold": hold,
+        "p50_ms": pct(gaps_ms, 0.5),
+        "p90_ms": pct(gaps_ms, 0.9),
+        "p99_ms": pct(gaps_ms, 0.99),
+        "max_ms": max(gaps_ms, default=math.nan),
+        "min_ms": min(gaps_ms, default=math.nan),
+        "overlaps": len(probes.overlaps) + sum(1 for g in gaps if g < 0),
+        "bad_exits": bad_exits,
+        "waiter_head_start_min_ms": ms(min(head_starts)) if head_starts else math.nan,
+        "failure": failure,
+        "gaps_ms": gaps_ms,
+    }
+
+
+# --------------------------------------------------------------------- 3. failover
+
+
+def fig_failover(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict:
+    """kill -9 of the holder's wrapper; time until the --wait peer's child STARTs, and
+    until the old child logged STOP / its pid was gone, all from the kill."""
+    ttl, renew, kill_after = cfg["failover_ttl"], cfg["failover_renew"], cfg["failover_kill_after"]
+    flags = ["--ttl", ttl, "--renew-every", renew, "--kill-after", kill_after]
+    d = session.dir / f"failover-{slug(c.label)}"
+    d.mkdir()
+    rng = random.Random(1)
+    takeover, child_stop, child_gone, failures, overlaps = [], [], [], [], 0
+    with open(d / "stderr.log", "wb") as errf:
+        for r in range(cfg["failovers"]):
+            log, lockfile, lock = d / f"probe-{r}.log", d / f"probe-{r}.lock", lock_name("failover")
+            probes = ProbeLog(log)
+            with Procs(procs_mark) as procs:
+                holder = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "H"), True, flags), stderr=errf)
+                if probes.wait("START", "H", 20, holder) is None:
+                    failures.append(f"rep {r}: the holder's child never started: " + why_not(holder, d / "stderr.log"))
+                    break
+                waiter = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "W"), True, flags), stderr=errf)
+                # Let a few renewals happen, and kill at a random phase of the renewal cycle.
+                time.sleep(1.0 + rng.uniform(0, 0.5))
+                kids = [k for k in children_of(holder.pid) if "__watchdog" not in cmdline(k)]
+                child_pid = kids[0] if len(kids) == 1 else None
+                t_kill = time.monotonic_ns()
+                os.kill(holder.pid, signal.SIGKILL)
+                gone_at = None  # when the old child's pid was seen gone (None: not yet, or unknown pid)
+                limit = time.monotonic() + 3 * parse_seconds(ttl) + 5
+                while time.monotonic() < limit:
+                    probes.poll()
+                    if child_pid is not None and gone_at is None and not pid_alive(child_pid):
+                        gone_at = time.monotonic_ns()
+                    if "W" in probes.start and "H" in probes.stop and (child_pid is None or gone_at is not None):
+                        break
+                    time.sleep(0.001)
+                holder.wait(5)
+                if "W" not in probes.start:
+                    failures.append(f"rep {r}: the standby's child never started: " + why_not(waiter, d / "stderr.log"))
+                    continue
+                takeover.append(ms(probes.start["W"] - t_kill))
+                if "H" in probes.stop:
+                    child_stop.append(ms(probes.stop["H"] - t_kill))
+                    if probes.start["W"] < probes.stop["H"]:
+                        overlaps += 1
+                if gone_at is not None:
+                    child_gone.append(ms(gone_at - t_kill))
+                overlaps += len(probes.overlaps)
+                Procs.terminate(waiter)
+            say(f"    {r + 1}/{cfg['failovers']} failovers")
+    return {
+        "label": c.label,
+        "ttl": ttl,
+        "renew_every": renew,
+        "kill_after": kill_after,
+        "n": len(takeover),
+        "takeover_min_ms": min(takeover, default=math.nan),
+        "takeover_p50_ms": pct(takeover, 0.5),
+        "takeover_max_ms": max(takeover, default=math.nan),
+        "child_stop_p50_ms": pct(child_stop, 0.5),
+        "child_stop_max_ms": max(child_stop, default=math.nan),
+        "child_gone_p50_ms": pct(child_gone, 0.5),
+        "child_gone_max_ms": max(child_gone, default=math.nan),
+        "overlaps": overlaps,
+        "failures": failures,
+        "takeover_ms": takeover,
+    }
+
+
+def parse_seconds(text: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s)", text)
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+
+
+# ---------------------------------------------------------------------- 4. standby
+
+
+def fig_standby(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict:
+    """A holder with a long child, one `--wait -vvv` standby; count its store requests."""
+    d = session.dir / f"standby-{slug(c.label)}"
+    d.mkdir()
+    log, lockfile, lock = d / "probe.log", d / "probe.lock", lock_name("standby")
+    trace = d / "standby.stderr"
+    probes = ProbeLog(log)
+    with open(d / "holder.stderr", "wb") as errf, open(trace, "wb") as tracef, Procs(procs_mark) as procs:
+        holder = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "H"), True, []), stderr=errf)
+        if probes.wait("START", "H", 20, holder) is None:
+            return {"label": c.label, "failure": "the holder's child never started: " + why_not(holder, d / "holder.stderr")}
+        procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "S"), True, ["-vvv"]), stderr=tracef)
+        time.sleep(cfg["standby_settle"])
+        t0, before = time.monotonic(), count_requests(trace)
+        time.sleep(cfg["standby_seconds"])
+        t1, after = time.monotonic(), count_requests(trace)
+    seconds = t1 - t0
+    ops = after - before
+    return {
+        "label": c.label,
+        "seconds": seconds,
+        "requests": sum(ops.values()),
+        "per_second": sum(ops.values()) / seconds,
+        "by_op": {op: round(n / seconds, 1) for op, n in sorted(ops.items())},
+        "standby_started": "S" in probes.start,
+    }
+
+
+def count_requests(path: Path) -> Counter:
+    with open(path, "rb") as f:
+        text = f.read().decode(errors="replace")
+    # Only whole lines: the last one may still be being written.
+    text = text[: text.rfind("\n") + 1]
+    return Counter(re.findall(r'store request op="?(\w+)', text))
+
+
+# ----------------------------------------------------------------------- 5. memory
+
+
+def fig_memory(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict:
+    """VmHWM of the holding wrapper and its watchdog after a few renewals, and of a standby."""
+    ttl, renew = cfg["memory_ttl"], cfg["memory_renew"]
+    flags = ["--ttl", ttl, "--renew-every", renew, "--kill-after", "1s"]
+    d = session.dir / f"memory-{slug(c.label)}"
+    d.mkdir()
+    log, lockfile, lock = d / "probe.log", d / "probe.lock", lock_name("memory")
+    probes = ProbeLog(log)
+    with open(d / "stderr.log", "wb") as errf, Procs(procs_mark) as procs:
+        holder = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "H"), True, flags), stderr=errf)
+        started = probes.wait("START", "H", 20, holder)
+        if started is None:
+            return {"label": c.label, "failure": "the holder's child never started: " + why_not(holder, d / "stderr.log")}
+        standby = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "S"), True, flags), stderr=errf)
+        time.sleep(cfg["memory_after"])
+        held_for = ms(time.monotonic_ns() - started) / 1e3
+        watchdogs = [k for k in children_of(holder.pid) if "__watchdog" in cmdline(k)]
+        watchdog = watchdogs[0] if watchdogs else None
+        result = {
+            "label": c.label,
+            "held_for_s": held_for,
+            "renewals": int(held_for / parse_seconds(renew)),
+            "renew_every": renew,
+            "wrapper_hwm_kib": status_kib(holder.pid, "VmHWM"),
+            "wrapper_rss_kib": status_kib(holder.pid, "VmRSS"),
+            "watchdog_hwm_kib": status_kib(watchdog, "VmHWM") if watchdog else None,
+            "watchdog_rss_kib": status_kib(watchdog, "VmRSS") if watchdog else None,
+            "standby_hwm_kib": status_kib(standby.pid, "VmHWM"),
+            "standby_rss_kib": status_kib(standby.pid, "VmRSS"),
+        }
+    return result
+
+
+# ------------------------------------------------------------------------- running
+
+
+def store_session(store: Store, base: Path, procs: Procs):
+    d = base / store.name
+    d.mkdir()
+    info = store.start(d, procs) if store.start else {}
+    return Session(store, d, info or {})
+
+
+def run_all(cfg: dict, only: Optional[set], tmp: Path) -> dict:
+    """Each store in turn: start its server (if any), run every figure for its rows, stop it.
+    A figure that fails becomes an error row; the other stores and figures still run."""
+    results = {f: [] for f in FIGURES}
+    fig_mark = f"{MARK}-fig"
+    stores = [s for s in STORES if not only or s.name in only]
+    for store in stores:
+        rows = [c for c in contenders() if c.store == store.name]
+        t = time.monotonic()
+        say(f"[{store.name}] starting")
+
+        def attempt(figure: str, label: str, run: Callable[[], dict]) -> None:
+            try:
+                results[figure].append(run())
+            except Exception as err:  # report it as a row, go on with the rest
+                say(f"[{store.name}] {figure} {label}: FAILED: {err!r}")
+                results[figure].append({"label": label, "store": store.name, "error": f"{type(err).__name__}: {err}"})
+
+        with Procs(f"{MARK}-server-{store.name}") as server_procs:
+            try:
+                session = store_session(store, tmp, server_procs)
+            except Exception as err:
+                say(f"[{store.name}] could not start the store: {err!r}")
+                for c in rows:
+                    for figure in FIGURES:
+                        if figure in c.figures:
+                            results[figure].append({"label": c.label, "store": store.name,
+                                                    "error": f"store did not start: {err}"})
+                continue
+            try:
+                over = [c for c in rows if "overhead" in c.figures]
+                if over:
+                    say(f"[{store.name}] 1. overhead (hyperfine, {cfg['hf_runs']} runs per command)")
+                    attempt("overhead", store.name, lambda: fig_overhead(session, over, cfg, fig_mark))
+                for c in rows:
+                    if "handoff" in c.figures:
+                        say(f"[{store.name}] 2. handoff: {c.label}, {cfg['handoffs']} handoffs")
+                        attempt("handoff", c.label, lambda: fig_handoff(session, c, cfg, fig_mark))
+                    if "failover" in c.figures:
+                        say(f"[{store.name}] 3. failover: {c.label}, {cfg['failovers']} kill -9")
+                        attempt("failover", c.label, lambda: fig_failover(session, c, cfg, fig_mark))
+                    if "standby" in c.figures:
+                        say(f"[{store.name}] 4. standby requests: {c.label}, {cfg['standby_seconds']:g} s")
+                        attempt("standby", c.label, lambda: fig_standby(session, c, cfg, fig_mark))
+                    if "memory" in c.figures:
+                        say(f"[{store.name}] 5. memory: {c.label}")
+                        attempt("memory", c.label, lambda: fig_memory(session, c, cfg, fig_mark))
+            finally:
+                if store.stop:
+                    try:
+                        store.stop(session.info)
+                    except Exception as err:
+                        say(f"[{store.name}] stop hook failed: {err!r} (its processes are killed anyway)")
+        say(f"[{store.name}] done in {time.monotonic() - t:.0f} s")
+    return results
+
+
+# ------------------------------------------------------------------------- report
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+
+    def out(argv, cwd=None) -> str:
+        try:
+            return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = out(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT) or "unknown"
+    dirty = out(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT)
+    mem_kib = status_kib_meminfo()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory": f"{mem_kib / 1048576:.0f} GiB" if mem_kib else "unknown",
+        "kernel": f"{os.uname().sysname} {os.uname().release}",
+        "commit": commit + (" (+ uncommitted changes)" if dirty else ""),
+        "leaderrun": out([str(LEADERRUN), "--version"]),
+        "hyperfine": out(["hyperfine", "--version"]),
+        "rustc": out(["rustc", "--version"]),
+        "load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+    }
+
+
+def status_kib_meminfo() -> Optional[int]:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def mib(kib: Optional[int]) -> str:
+    return "—" if kib is None else f"{kib / 1024:.1f}"
+
+
+def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> str:
+    parts = [
+        "# leaderrun benchmarks",
+        "",
+        f"Written by `python3 bench/bench.py{' --quick' if mode == 'quick' else ''}` on {m['date']} ({mode} run). "
+        "What each figure means and how it is measured: [bench/README.md](bench/README.md). "
+        "The machine is shared and noisy: these are observations, not guarantees, and nothing here is asserted.",
+        "",
+        md_table(["machine", ""], [
+            ["date", m["date"]],
+            ["nproc", m["nproc"]],
+            ["CPU", m["cpu"]],
+            ["memory", m["memory"]],
+            ["kernel", m["kernel"]],
+            ["leaderrun commit", m["commit"]],
+            ["binaries", f"{m['leaderrun']}, release profile ({m['rustc']})"],
+            ["hyperfine", m["hyperfine"]],
+            ["load average before / after", f"{load_before} / {m['load']}"],
+        ]),
+        "",
+    ]
+
+    parts += ["## 1. Start-to-exit overhead of a one-shot run", "",
+              f"`leaderrun --store URL --min-hold 0s --lock NAME -- true`, next to `true` and `flock FILE true` "
+              f"in the same `hyperfine -N` run ({cfg['hf_warmup']} warm-up runs, {cfg['hf_runs']} measured per command). "
+              "Ratios are of medians. Requests: store requests one such run makes (counted with `-vvv`).", ""]
+    for run in results["overhead"]:
+        if "error" in run:
+            parts += [f"Store: **{run['store']}**: {run['error']}", ""]
+            continue
+        rows = []
+        for r in run["rows"]:
+            req = "—"
+            if r["requests"] is not None:
+                req = f"{r['requests']} (" + ", ".join(f"{k} {v}" for k, v in sorted(r["requests_by_op"].items())) + ")"
+            rows.append([f"`{r['command']}`" if r["command"] in ("true", "flock FILE true") else r["command"],
+                         fmt(r["median_ms"], 2), f"{fmt(r['mean_ms'], 2)} ± {fmt(r['stddev_ms'], 2)}",
+                         fmt(r["min_ms"], 2), fmt(r["x_true"], 1) + "×", fmt(r["x_flock"], 1) + "×", req])
+        parts += [f"Store: **{run['store']}**", "",
+                  md_table(["command", "median ms", "mean ± σ ms", "min ms", "vs true", "vs flock", "store requests"], rows), ""]
+
+    parts += ["## 2. Clean handoff", "",
+              f"A `--wait` holder's child (the probe, `--run-for {cfg['handoff_hold']}`) exits; the gap is until the "
+              "next `--wait` peer's child starts (its START minus the holder's STOP, both CLOCK_MONOTONIC). "
+              f"Chained: each waiter becomes the next holder.", ""]
+    rows = []
+    for r in results["handoff"]:
+        if "error" in r:
+            rows.append([r["label"], *["—"] * 8, r["error"]])
+            continue
+        note = r["failure"] or ""
+        rows.append([r["label"], r["n"], fmt(r["p50_ms"]), fmt(r["p90_ms"]), fmt(r["p99_ms"]), fmt(r["max_ms"]),
+                     fmt(r["min_ms"]), r["overlaps"], r["bad_exits"], note])
+    parts += [md_table(["row", "handoffs", "p50 ms", "p90 ms", "p99 ms", "max ms", "min ms", "overlaps",
+                        "non-zero exits", "failure"], rows), ""]
+
+    parts += ["## 3. Crash failover (kill -9 of the holder's wrapper)", "",
+              "The holder's wrapper (not its child) gets SIGKILL at a random point of its renewal cycle. "
+              "Takeover: until the `--wait` peer's child STARTs. Old child: until the killed holder's child logged "
+              "STOP (its watchdog's stop signal) and until its pid was gone (polled every ~1 ms). All from the kill.", ""]
+    rows = []
+    for r in results["failover"]:
+        if "error" in r:
+            rows.append([r["label"], *["—"] * 9, r["error"]])
+            continue
+        rows.append([r["label"], f"{r['ttl']} / {r['renew_every']} / {r['kill_after']}", r["n"],
+                     fmt(r["takeover_min_ms"], 0), fmt(r["takeover_p50_ms"], 0), fmt(r["takeover_max_ms"], 0),
+                     (fmt(r["takeover_p50_ms"] / (parse_seconds(r["ttl"]) * 1e3), 2) + " ttl") if r["n"] else "—",
+                     f"{fmt(r['child_stop_p50_ms'])} / {fmt(r['child_stop_max_ms'])}",
+                     f"{fmt(r['child_gone_p50_ms'])} / {fmt(r['child_gone_max_ms'])}",
+                     r["overlaps"], "; ".join(r["failures"])])
+    parts += [md_table(["row", "ttl / renew / kill-after", "reps", "takeover min ms", "takeover p50 ms",
+                        "takeover max ms", "p50 vs ttl", "old child STOP p50 / max ms", "old child pid gone p50 / max ms",
+                        "overlaps", "failures"], rows), ""]
+
+    parts += ["## 4. Store requests of an idle standby", "",
+              "One holder with a long child and one `--wait -vvv` standby (default timings); the standby's "
+              "`store request` trace lines counted over the window.", ""]
+    rows = []
+    for r in results["standby"]:
+        if "failure" in r or "error" in r:
+            rows.append([r["label"], "—", "—", "—", r.get("failure") or r["error"]])
+            continue
+        rows.append([r["label"], fmt(r["seconds"]), r["requests"], fmt(r["per_second"]),
+                     ", ".join(f"{k} {v}/s" for k, v in r["by_op"].items())])
+    parts += [md_table(["row", "window s", "requests", "requests/s", "by op"], rows), ""]
+
+    parts += ["## 5. Memory", "",
+              f"VmHWM (peak resident set) from /proc/PID/status while the child runs, sampled "
+              f"{cfg['memory_after']:g} s after the child started with `--ttl {cfg['memory_ttl']} --renew-every "
+              f"{cfg['memory_renew']}` (so after several renewals); current VmRSS in brackets.", ""]
+    rows = []
+    for r in results["memory"]:
+        if "failure" in r or "error" in r:
+            rows.append([r["label"], r.get("failure") or r["error"], "—", "—", "—"])
+            continue
+        rows.append([r["label"], f"{mib(r['wrapper_hwm_kib'])} ({mib(r['wrapper_rss_kib'])})",
+                     f"{mib(r['watchdog_hwm_kib'])} ({mib(r['watchdog_rss_kib'])})",
+                     f"{mib(r['standby_hwm_kib'])} ({mib(r['standby_rss_kib'])})", r["renewals"]])
+    parts += [md_table(["row", "wrapper MiB", "watchdog MiB", "standby wrapper MiB", "renewals before sampling"], rows), ""]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------- main
+
+FULL = dict(hf_warmup=30, hf_runs=300, handoffs=200, handoff_hold="150ms", failovers=10,
+            failover_ttl="2s", failover_renew="500ms", failover_kill_after="500ms",
+            standby_settle=1.0, standby_seconds=10.0, memory_ttl="3s", memory_renew="250ms", memory_after=1.6)
+QUICK = dict(FULL, hf_warmup=5, hf_runs=40, handoffs=30, failovers=3, standby_seconds=3.0)
+
+
+def prepare(build: bool) -> None:
+    if build:
+        cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
+        say("building: cargo build --release --bins")
+        subprocess.run([cargo, "build", "--release", "--bins"], cwd=ROOT, check=True)
+    for binary in (LEADERRUN, PROBE):
+        if not binary.exists():
+            sys.exit(f"bench.py: {binary} is missing (run without --no-build)")
+    if not shutil.which("hyperfine"):
+        say("installing hyperfine: apt-get install -y hyperfine")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        if subprocess.run(["apt-get", "install", "-y", "hyperfine"], env=env).returncode != 0:
+            subprocess.run(["apt-get", "update"], env=env, check=True)
+            subprocess.run(["apt-get", "install", "-y", "hyperfine"], env=env, check=True)
+    if not shutil.which("flock"):
+        sys.exit("bench.py: flock(1) is missing (util-linux)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test, ~30 s); writes BENCHMARKS.md only with --out")
+    ap.add_argument("--out", type=Path, help="where to write the report (default: BENCHMARKS.md at the repository root; none for --quick)")
+    ap.add_argument("--store", action="append", help="only this store (repeatable)")
+    ap.add_argument("--no-build", action="store_true", help="use the release binaries as they are")
+    ap.add_argument("--json", type=Path, help="also write every raw figure as JSON here")
+    args = ap.parse_args()
+    cfg = QUICK if args.quick else FULL
+    mode = "quick" if args.quick else "full"
+    out = args.out if args.out else (None if args.quick else ROOT / "BENCHMARKS.md")
+
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def on_signal(signum, _frame):
+        for s in stop_signals:  # a second signal must not cut the cleanup short
+            signal.signal(s, signal.SIG_IGN)
+        say(f"bench.py: got signal {signum}; stopping every process it started")
+        raise SystemExit(128 + signum)
+
+    for s in stop_signals:
+        signal.signal(s, on_signal)
+
+    prepare(build=not args.no_build)
+    load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    tmp = Path(tempfile.mkdtemp(prefix="leaderrun-bench-"))
+    started = time.monotonic()
+    try:
+        results = run_all(cfg, set(args.store) if args.store else None, tmp)
+    finally:
+        # Whatever happened: no process of ours outlives the script.
+        Procs(MARK).cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+    text = report(results, machine(), cfg, mode, load_before)
+    print(text)
+    say(f"total {time.monotonic() - started:.0f} s")
+    if out:
+        out.write_text(text)
+        say(f"wrote {out}")
+    if args.json:
+        args.json.write_text(json.dumps({"mode": mode, "config": cfg, "results": results}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
