@@ -35,6 +35,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -89,10 +90,71 @@ class Store:
     note: str = ""
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def as_server_user(argv: list) -> list:
+    """initdb and postgres refuse to run as root: run them as `postgres` then."""
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def start_postgres(d: Path, procs: "Procs") -> dict:
+    data, port = d / "pgdata", free_port()
+    if os.geteuid() == 0:
+        for parent in d.parents:  # let the postgres user reach its directory
+            if parent == Path(tempfile.gettempdir()):
+                break
+            os.chmod(parent, 0o711)
+        shutil.chown(d, "postgres", "postgres")
+    subprocess.run(as_server_user([PG_BIN / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"]),
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    opts = f"-p {port} -k {d} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(as_server_user([PG_BIN / "pg_ctl", "-D", data, "-l", d / "log", "-w", "-o", opts, "start"]),
+                   check=True, stdout=subprocess.DEVNULL, env=procs.env)
+    return {"port": port, "data": data}
+
+
+def stop_postgres(info: dict) -> None:
+    subprocess.run(as_server_user([PG_BIN / "pg_ctl", "-D", info["data"], "-m", "immediate", "stop"]),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_mariadb(d: Path, procs: "Procs") -> dict:
+    data, port, sock = d / "data", free_port(), d / "sock"
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+                    "--auth-root-authentication-method=normal", "--skip-test-db"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = procs.spawn(["mariadbd", "--no-defaults", f"--datadir={data}", "--user=root", f"--port={port}",
+                          "--bind-address=127.0.0.1", f"--socket={sock}", f"--pid-file={d / 'pid'}",
+                          f"--log-error={d / 'err'}", "--skip-log-bin"])
+    deadline = time.monotonic() + 60
+    while subprocess.run(["mariadb", f"--socket={sock}", "-uroot", "-e",
+                          "CREATE DATABASE IF NOT EXISTS leaderrun; "
+                          "CREATE USER IF NOT EXISTS 'leaderrun'@'127.0.0.1' IDENTIFIED BY 'bench'; "
+                          "GRANT ALL ON leaderrun.* TO 'leaderrun'@'127.0.0.1';"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise RuntimeError("mariadbd did not start: " + (d / "err").read_text(errors="replace")[-500:])
+        time.sleep(0.2)
+    return {"port": port, "server": server}
+
+
+def stop_mariadb(info: dict) -> None:
+    Procs.terminate(info["server"], grace=20)
+
+
 STORES: list[Store] = [
     Store("sqlite", url=lambda s: f"sqlite://{s.dir}/leases.db", note="embedded, one file on local disk"),
-    # Store("postgres", url=lambda s: f"postgres://postgres@127.0.0.1:{s.info['port']}/postgres",
-    #       start=start_postgres, stop=stop_postgres),
+    Store("postgres", url=lambda s: f"postgres://postgres@127.0.0.1:{s.info['port']}/postgres",
+          start=start_postgres, stop=stop_postgres, note="PostgreSQL 15 on loopback, LISTEN/NOTIFY wake-ups"),
+    Store("mariadb", url=lambda s: f"mysql://leaderrun:bench@127.0.0.1:{s.info['port']}/leaderrun",
+          start=start_mariadb, stop=stop_mariadb, note="MariaDB on loopback, polled"),
 ]
 
 

@@ -11,8 +11,12 @@
 //!
 //!     cargo run --release --bin leaderrun-faultrun -- --faults 1000
 //!
-//! A test instrument, not part of leaderrun. Stores with a server will add their
-//! own faults (kill/restart, freeze, network cut through a proxy) to `Fault`.
+//! With `--store postgres` or `--store mariadb` it starts that server itself and adds
+//! the server's faults: SIGKILL and restart it, freeze it (SIGSTOP) past the ttl, and
+//! cut, reset or slow the holder's own connection through a TCP proxy that stands
+//! between each contender and the server.
+//!
+//! A test instrument, not part of leaderrun.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -27,6 +31,14 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use rand::{Rng, SeedableRng};
+
+mod backend;
+mod proxy;
+#[path = "../tests/servers/mod.rs"]
+mod servers;
+
+use backend::{Backend, Kind};
+use proxy::Mode;
 
 const LOCK: &str = "faultrun";
 
@@ -45,10 +57,15 @@ enum Fault {
     StopWrapperLong,
     TermWrapper,
     Release,
+    KillServer,
+    FreezeServer,
+    CutHolderNetwork,
+    ResetHolderConnections,
+    SlowHolderNetwork,
 }
 
 impl Fault {
-    const ALL: [Fault; 7] = [
+    const ALL: [Fault; 12] = [
         Fault::KillWrapper,
         Fault::KillChild,
         Fault::StopWrapperShort,
@@ -56,7 +73,23 @@ impl Fault {
         Fault::StopWrapperLong,
         Fault::TermWrapper,
         Fault::Release,
+        Fault::KillServer,
+        Fault::FreezeServer,
+        Fault::CutHolderNetwork,
+        Fault::ResetHolderConnections,
+        Fault::SlowHolderNetwork,
     ];
+
+    fn needs_server(self) -> bool {
+        matches!(
+            self,
+            Fault::KillServer
+                | Fault::FreezeServer
+                | Fault::CutHolderNetwork
+                | Fault::ResetHolderConnections
+                | Fault::SlowHolderNetwork
+        )
+    }
 
     fn name(self) -> &'static str {
         match self {
@@ -67,12 +100,25 @@ impl Fault {
             Fault::StopWrapperLong => "SIGSTOP wrapper 2.0 ttl",
             Fault::TermWrapper => "SIGTERM wrapper",
             Fault::Release => "leaderrun release",
+            Fault::KillServer => "SIGKILL server, down 0.2-1.5 ttl",
+            Fault::FreezeServer => "SIGSTOP server 1.5 ttl",
+            Fault::CutHolderNetwork => "blackhole holder's network 1.5 ttl",
+            Fault::ResetHolderConnections => "reset holder's connections",
+            Fault::SlowHolderNetwork => "holder's network +100 ms, 2 ttl",
         }
     }
 
     /// Whether the holder is expected to lose its lease (and exit 75) under this fault.
     fn may_lose_lease(self) -> bool {
-        matches!(self, Fault::StopWrapperAboutTtl | Fault::StopWrapperLong | Fault::Release)
+        matches!(
+            self,
+            Fault::StopWrapperAboutTtl
+                | Fault::StopWrapperLong
+                | Fault::Release
+                | Fault::KillServer
+                | Fault::FreezeServer
+                | Fault::CutHolderNetwork
+        )
     }
 }
 
@@ -87,6 +133,7 @@ struct Config {
     seed: u64,
     keep: Option<PathBuf>,
     report: Option<PathBuf>,
+    store: Kind,
 }
 
 fn parse_args() -> Result<Config, String> {
@@ -101,6 +148,7 @@ fn parse_args() -> Result<Config, String> {
         seed: rand::random(),
         keep: None,
         report: None,
+        store: Kind::Sqlite,
     };
     let mut it = std::env::args().skip(1);
     let dur = |v: Option<String>, f: &str| -> Result<Duration, String> {
@@ -120,10 +168,12 @@ fn parse_args() -> Result<Config, String> {
             "--gap-max" => c.gap_max = dur(it.next(), "--gap-max")?,
             "--keep" => c.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
             "--report" => c.report = Some(it.next().ok_or("--report needs a file")?.into()),
+            "--store" => c.store = Kind::parse(&it.next().ok_or("--store needs sqlite, postgres or mariadb")?)?,
             "-h" | "--help" => {
                 println!(
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
-                     [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md]"
+                     [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
+                     [--store sqlite|postgres|mariadb]"
                 );
                 std::process::exit(0);
             }
@@ -154,7 +204,7 @@ type Exits = Arc<Mutex<Vec<(String, i32, u64)>>>;
 
 struct Run {
     dir: PathBuf,
-    store: String,
+    backend: Backend,
     log: PathBuf,
     config: Config,
     slots: Arc<Mutex<Vec<Slot>>>,
@@ -163,21 +213,14 @@ struct Run {
 }
 
 impl Run {
-    fn leaderrun(&self) -> Command {
+    fn spawn_contender(&self, slot: usize, generation: u64) -> Slot {
+        let identity = format!("c{slot}-g{generation}");
         let mut cmd = Command::new(sibling("leaderrun"));
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .arg("--store")
-            .arg(&self.store)
-            .arg("--lock")
-            .arg(LOCK);
-        cmd
-    }
-
-    fn spawn_contender(&self, slot: usize, generation: u64) -> Slot {
-        let identity = format!("c{slot}-g{generation}");
-        let mut cmd = self.leaderrun();
-        cmd.args(["--wait", "--ttl"])
+            .arg(self.backend.contender_url(slot))
+            .args(["--lock", LOCK, "--wait", "--ttl"])
             .arg(humantime::format_duration(self.config.ttl).to_string())
             .arg("--renew-every")
             .arg(humantime::format_duration(self.config.renew_every).to_string())
@@ -242,7 +285,7 @@ impl Run {
     fn holder(&self) -> Option<String> {
         let out = Command::new(sibling("leaderrun"))
             .env_clear()
-            .args(["status", "--json", "--store", &self.store, "--lock", LOCK])
+            .args(["status", "--json", "--store", &self.backend.url(), "--lock", LOCK])
             .output()
             .ok()?;
         let value: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -272,9 +315,23 @@ impl Run {
         None
     }
 
-    fn apply(&self, fault: Fault, wrapper: Pid) {
+    fn apply(&self, fault: Fault, holder: &str, wrapper: Pid) {
         let ttl = self.config.ttl;
+        // Contender slot of the holder: identities read `c{slot}-g{generation}`.
+        let slot = holder.strip_prefix('c').and_then(|r| r.split('-').next()).and_then(|n| n.parse().ok());
         match fault {
+            Fault::KillServer => {
+                let down = rand::rng().random_range(0.2..1.5);
+                self.backend.kill_server(ttl.mul_f64(down));
+            }
+            Fault::FreezeServer => self.backend.freeze_server(ttl.mul_f64(1.5)),
+            Fault::CutHolderNetwork => self.backend.network(slot.unwrap_or(0), Mode::Blackhole, ttl.mul_f64(1.5)),
+            Fault::ResetHolderConnections => {
+                self.backend.network(slot.unwrap_or(0), Mode::Reset, Duration::from_millis(100))
+            }
+            Fault::SlowHolderNetwork => {
+                self.backend.network(slot.unwrap_or(0), Mode::Delay(Duration::from_millis(100)), ttl * 2)
+            }
             Fault::KillWrapper => {
                 let _ = kill(wrapper, Signal::SIGKILL);
             }
@@ -299,7 +356,7 @@ impl Run {
             Fault::Release => {
                 let _ = Command::new(sibling("leaderrun"))
                     .env_clear()
-                    .args(["release", "--store", &self.store, "--lock", LOCK])
+                    .args(["release", "--store", &self.backend.url(), "--lock", LOCK])
                     .stdout(Stdio::null())
                     .status();
             }
@@ -520,13 +577,14 @@ fn main() {
     let temp = tempdir();
     let dir = config.keep.clone().unwrap_or_else(|| temp.clone());
     fs::create_dir_all(&dir).expect("run directory");
-    let store = format!("sqlite://{}", dir.join("locks.db").display());
+    let backend = Backend::start(config.store, &dir, config.contenders);
+    let kinds: Vec<Fault> = Fault::ALL.into_iter().filter(|f| backend.has_server() || !f.needs_server()).collect();
     let log = dir.join("probe.log");
     let _ = fs::remove_file(&log);
     let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
     let run = Arc::new(Run {
         dir: dir.clone(),
-        store,
+        backend,
         log: log.clone(),
         slots: Arc::new(Mutex::new(Vec::new())),
         exits: Arc::default(),
@@ -550,10 +608,10 @@ fn main() {
             liveness_failure = true;
             break;
         };
-        let fault = Fault::ALL[rng.random_range(0..Fault::ALL.len())];
+        let fault = kinds[rng.random_range(0..kinds.len())];
         let at = now_ns();
         note(&log, &format!("FAULT {holder} {:?} {at}", fault));
-        run.apply(fault, wrapper);
+        run.apply(fault, &holder, wrapper);
         note(&log, &format!("HEALED {holder} {:?} {}", fault, now_ns()));
         applied.push(Applied { fault, holder, at });
         if (n + 1) % 50 == 0 {

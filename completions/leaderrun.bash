@@ -19,6 +19,9 @@ _leaderrun() {
             leaderrun,help)
                 cmd="leaderrun__subcmd__help"
                 ;;
+            leaderrun,init)
+                cmd="leaderrun__subcmd__init"
+                ;;
             leaderrun,list)
                 cmd="leaderrun__subcmd__list"
                 ;;
@@ -30,6 +33,9 @@ _leaderrun() {
                 ;;
             leaderrun__subcmd__help,help)
                 cmd="leaderrun__subcmd__help__subcmd__help"
+                ;;
+            leaderrun__subcmd__help,init)
+                cmd="leaderrun__subcmd__help__subcmd__init"
                 ;;
             leaderrun__subcmd__help,list)
                 cmd="leaderrun__subcmd__help__subcmd__list"
@@ -47,7 +53,7 @@ _leaderrun() {
 
     case "${cmd}" in
         leaderrun)
-            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --signal --identity --conflict-exit-code --help --version status list release help"
+            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --signal --identity --conflict-exit-code --help --version status list release init help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -109,7 +115,7 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__help)
-            opts="status list release help"
+            opts="status list release init help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -123,6 +129,20 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        leaderrun__subcmd__help__subcmd__init)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -171,6 +191,28 @@ _leaderrun() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        leaderrun__subcmd__init)
+            opts="-v -q -h --store --verbose --quiet --log-format --print-sql --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

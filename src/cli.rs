@@ -194,6 +194,18 @@ pub enum Command {
         #[command(flatten)]
         output: JsonArg,
     },
+    /// Create the store's table now, or print the SQL that does it.
+    ///
+    /// leaderrun creates its table on first use when it may; for databases whose DBAs create
+    /// tables ahead, `--print-sql` prints the statement to run (and the grants leaderrun
+    /// needs afterwards are SELECT, INSERT and UPDATE on that table).
+    Init {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// Print the SQL instead of running it; nothing is connected to or written.
+        #[arg(long)]
+        print_sql: bool,
+    },
 }
 
 /// The lock name: shared by the run mode, `status` and `release`.

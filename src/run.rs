@@ -40,6 +40,10 @@ pub async fn main(cli: Cli) -> u8 {
             logging::init(&common);
             release(&common, lock.name(), output.json).await
         }
+        Some(Command::Init { common, print_sql }) => {
+            logging::init(&common);
+            init(&common, print_sql).await
+        }
     }
 }
 
@@ -248,6 +252,29 @@ async fn release(common: &CommonArgs, lock: &str, json: bool) -> u8 {
         0
     } else {
         exit::NOT_HELD
+    }
+}
+
+async fn init(common: &CommonArgs, print_sql: bool) -> u8 {
+    let spec = match store_spec(common) {
+        Ok(spec) => spec,
+        Err(err) => return fail(exit::USAGE, err),
+    };
+    if print_sql {
+        return match url::schema_sql(&spec) {
+            Ok(sql) => {
+                println!("{sql};");
+                0
+            }
+            Err(err) => fail(exit::USAGE, err),
+        };
+    }
+    match url::open(&spec, Access::Create).await {
+        Ok(_) => {
+            println!("the store is ready: {}", url::describe(&spec));
+            0
+        }
+        Err(err) => fail(exit::STORE_UNAVAILABLE, err),
     }
 }
 

@@ -1,21 +1,45 @@
-//! The short fault run: a few dozen faults against `leaderrun --wait` contenders on the
-//! embedded store; fails on any overlapping children or fencing-token disorder.
-//! The long run is one command: `cargo run --release --bin leaderrun-faultrun -- --faults 1000`.
+//! The short fault runs: a few dozen faults against `leaderrun --wait` contenders, on the
+//! embedded store and on real PostgreSQL and MariaDB servers (started by the run itself,
+//! with server kill/restart, freeze and network faults); each fails on any overlapping
+//! children or fencing-token disorder. The long run is one command:
+//! `cargo run --release --bin leaderrun-faultrun -- --faults 1000 [--store postgres]`.
 
 use std::process::Command;
+use std::sync::Mutex;
 
-#[test]
-fn short_fault_run_finds_no_overlap() {
+/// One run at a time: each is a timing experiment and should not share the two cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn short_run(store: &str, faults: usize) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(env!("CARGO_BIN_EXE_leaderrun-faultrun"))
-        .args(["--faults", "30", "--gap-min", "500ms", "--gap-max", "1500ms"])
+        .args(["--store", store, "--faults", &faults.to_string(), "--gap-min", "500ms", "--gap-max", "1500ms"])
         .output()
         .expect("run leaderrun-faultrun");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}\n{stderr}");
-    assert!(stdout.contains("fault run: 30 faults"), "the run did not apply its 30 faults:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("fault run: {faults} faults")),
+        "the run did not apply its {faults} faults:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("overlaps caught by flock: 0\n"), "{stdout}");
     assert!(stdout.contains("overlapping intervals: 0 "), "{stdout}");
     assert!(stdout.contains("fencing tokens out of order: 0\n"), "{stdout}");
     assert!(out.status.success(), "leaderrun-faultrun failed:\n{stdout}\n{stderr}");
+}
+
+#[test]
+fn short_fault_run_on_sqlite_finds_no_overlap() {
+    short_run("sqlite", 30);
+}
+
+#[test]
+fn short_fault_run_on_postgres_finds_no_overlap() {
+    short_run("postgres", 20);
+}
+
+#[test]
+fn short_fault_run_on_mariadb_finds_no_overlap() {
+    short_run("mariadb", 20);
 }

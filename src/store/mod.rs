@@ -11,6 +11,10 @@ use async_trait::async_trait;
 
 #[cfg(test)]
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod url;

@@ -27,7 +27,8 @@ const POLL: Duration = Duration::from_millis(20);
 /// How long a statement waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leaderrun_locks (
+/// The table, created on first use (`leaderrun init --print-sql` prints it).
+pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leaderrun_locks (
     name             TEXT PRIMARY KEY NOT NULL,
     holder           TEXT,               -- NULL when released
     token            INTEGER NOT NULL,   -- fencing token: +1 on every acquisition

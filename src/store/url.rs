@@ -9,10 +9,14 @@ use super::{Store, StoreError};
 pub enum StoreSpec {
     /// An SQLite file; `default` when no --store was given.
     Sqlite { path: PathBuf, default: bool },
+    /// A PostgreSQL server: the URL as given (`postgres://` or `postgresql://`).
+    Postgres { url: String },
+    /// A MySQL or MariaDB server: the URL as given (`mysql://` or `mariadb://`).
+    MySql { url: String },
 }
 
 /// The schemes this build knows, for error messages.
-pub const SCHEMES: &[&str] = &["sqlite"];
+pub const SCHEMES: &[&str] = &["sqlite", "postgres", "postgresql", "mysql", "mariadb"];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
 pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
@@ -32,6 +36,16 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
                 return Err(format!("--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"));
             }
             Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false })
+        }
+        "postgres" | "postgresql" | "mysql" | "mariadb" => {
+            let spec = if scheme.to_ascii_lowercase().starts_with("postgres") {
+                StoreSpec::Postgres { url: url.to_string() }
+            } else {
+                StoreSpec::MySql { url: url.to_string() }
+            };
+            // A bad ?table= is bad usage, found before anything connects.
+            schema_sql(&spec).map_err(|e| format!("--store {shown:?}: {e}"))?;
+            Ok(spec)
         }
         other => Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
     }
@@ -74,8 +88,34 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
             }
             Ok(Box::new(super::sqlite::SqliteStore::open(path, access).await?))
         }
+        #[cfg(feature = "postgres")]
+        StoreSpec::Postgres { url } => Ok(Box::new(super::postgres::PostgresStore::open(url, access).await?)),
+        #[cfg(feature = "mysql")]
+        StoreSpec::MySql { url } => Ok(Box::new(super::mysql::MySqlStore::open(url, access).await?)),
         #[allow(unreachable_patterns)]
         _ => Err(StoreError::refused("this store is not compiled into this build of leaderrun")),
+    }
+}
+
+/// The statement that creates the store's table (`leaderrun init --print-sql`).
+pub fn schema_sql(spec: &StoreSpec) -> Result<String, String> {
+    match spec {
+        #[cfg(feature = "sqlite")]
+        StoreSpec::Sqlite { .. } => Ok(super::sqlite::SCHEMA.to_string()),
+        #[cfg(feature = "postgres")]
+        StoreSpec::Postgres { url } => super::postgres::schema_sql_for_url(url),
+        #[cfg(feature = "mysql")]
+        StoreSpec::MySql { url } => super::mysql::schema_sql_for_url(url),
+        #[allow(unreachable_patterns)]
+        _ => Err("this store is not compiled into this build of leaderrun".into()),
+    }
+}
+
+/// The store, for messages: a path, or a URL without its password.
+pub fn describe(spec: &StoreSpec) -> String {
+    match spec {
+        StoreSpec::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
+        StoreSpec::Postgres { url } | StoreSpec::MySql { url } => redact(url),
     }
 }
 

@@ -1,0 +1,167 @@
+//! The store under the fault run: the embedded SQLite file, or a real server started
+//! here (the tests' own server support), with one TCP proxy per contender so that a
+//! single contender's network can be cut, reset or slowed.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::proxy::{Mode, Proxy};
+use crate::servers::{mariadb::Mariadb, postgres::Postgres};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+    Mariadb,
+}
+
+impl Kind {
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "sqlite" => Ok(Kind::Sqlite),
+            "postgres" | "postgresql" => Ok(Kind::Postgres),
+            "mariadb" | "mysql" => Ok(Kind::Mariadb),
+            other => Err(format!("--store {other:?}: the fault run knows sqlite, postgres, mariadb")),
+        }
+    }
+}
+
+enum Server {
+    Sqlite(String),
+    Postgres(Postgres),
+    Mariadb(Mariadb),
+}
+
+pub struct Backend {
+    server: Server,
+    proxies: Vec<Proxy>,
+}
+
+impl Backend {
+    /// Start the store (and, for a server, one proxy per contender).
+    pub fn start(kind: Kind, dir: &Path, contenders: usize) -> Self {
+        let server = match kind {
+            Kind::Sqlite => Server::Sqlite(format!("sqlite://{}", dir.join("locks.db").display())),
+            Kind::Postgres => Server::Postgres(Postgres::start()),
+            Kind::Mariadb => Server::Mariadb(Mariadb::start()),
+        };
+        let mut backend = Self { server, proxies: Vec::new() };
+        if let Some(port) = backend.port() {
+            let target: SocketAddr = ([127, 0, 0, 1], port).into();
+            backend.proxies = (0..contenders).map(|_| Proxy::start(target).expect("start a proxy")).collect();
+        }
+        backend
+    }
+
+    fn port(&self) -> Option<u16> {
+        match &self.server {
+            Server::Sqlite(_) => None,
+            Server::Postgres(pg) => Some(pg.port()),
+            Server::Mariadb(db) => Some(db.port()),
+        }
+    }
+
+    /// The URL `status` and `release` use: straight to the store.
+    pub fn url(&self) -> String {
+        match &self.server {
+            Server::Sqlite(url) => url.clone(),
+            Server::Postgres(pg) => pg.url(),
+            Server::Mariadb(db) => db.url(),
+        }
+    }
+
+    /// The URL contender `i` uses: through its own proxy.
+    pub fn contender_url(&self, i: usize) -> String {
+        match (self.port(), self.proxies.get(i)) {
+            (Some(port), Some(proxy)) => self.url().replacen(&format!(":{port}/"), &format!(":{}/", proxy.port()), 1),
+            _ => self.url(),
+        }
+    }
+
+    pub fn has_server(&self) -> bool {
+        self.port().is_some()
+    }
+
+    /// Every process of the server: the one listening on its port and its children
+    /// (PostgreSQL's backends).
+    fn server_pids(&self) -> Vec<Pid> {
+        let Some(port) = self.port() else { return Vec::new() };
+        let mut main = Vec::new();
+        let mut all: Vec<(i32, i32)> = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<String> =
+                cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            let listens = args.windows(2).any(|w| w[0] == "-p" && w[1] == port.to_string())
+                || args.iter().any(|a| *a == format!("--port={port}"));
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+                .and_then(|f| f.parse::<i32>().ok())
+                .unwrap_or(0);
+            if listens && (args[0].ends_with("postgres") || args[0].ends_with("mariadbd")) {
+                main.push(pid);
+            }
+            all.push((pid, ppid));
+        }
+        let children = all.iter().filter(|(_, ppid)| main.contains(ppid)).map(|(pid, _)| *pid);
+        main.iter().copied().chain(children).map(Pid::from_raw).collect()
+    }
+
+    /// SIGKILL the server, keep it down for `down`, start it again.
+    pub fn kill_server(&self, down: Duration) {
+        for pid in self.server_pids() {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+        std::thread::sleep(down);
+        match &self.server {
+            Server::Sqlite(_) => {}
+            Server::Postgres(pg) => restart_until_up(|| pg.start_again()),
+            Server::Mariadb(db) => restart_until_up(|| {
+                db.stop(); // reaps the killed process
+                db.start_again()
+            }),
+        }
+    }
+
+    /// SIGSTOP every process of the server for `frozen`, then SIGCONT.
+    pub fn freeze_server(&self, frozen: Duration) {
+        let pids = self.server_pids();
+        for pid in &pids {
+            let _ = kill(*pid, Signal::SIGSTOP);
+        }
+        std::thread::sleep(frozen);
+        for pid in &pids {
+            let _ = kill(*pid, Signal::SIGCONT);
+        }
+    }
+
+    /// Put contender `i`'s network in `mode` for `lasting`, then let traffic pass again.
+    pub fn network(&self, i: usize, mode: Mode, lasting: Duration) {
+        if let Some(proxy) = self.proxies.get(i) {
+            proxy.set(mode);
+            std::thread::sleep(lasting);
+            proxy.set(Mode::Pass);
+        }
+    }
+}
+
+/// A server killed with SIGKILL may need a moment before it can start on the same
+/// directory and port (PostgreSQL waits for its old backends to go).
+fn restart_until_up(start: impl Fn()) {
+    for attempt in 0..20 {
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&start));
+        if started.is_ok() {
+            return;
+        }
+        eprintln!("leaderrun-faultrun: server restart attempt {attempt} failed; retrying");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("the server did not come back after a kill");
+}

@@ -1,0 +1,615 @@
+//! MySQL / MariaDB store: one InnoDB table, one row per lock name.
+//!
+//! `--store mysql://USER:PASSWORD@HOST:PORT/DATABASE?OPTIONS` (`mariadb://` means the
+//! same). Options, all optional:
+//!
+//! | option | meaning |
+//! |---|---|
+//! | `table=NAME` | the table to use (default `leaderrun_locks`), for a database shared with other software; `[A-Za-z_][A-Za-z0-9_]{0,63}` |
+//! | `ssl-mode=` | `disabled`, `preferred` (the default: TLS if the server offers it), `required`, `verify_ca`, `verify_identity` |
+//! | `ssl-ca=PATH` | CA certificate(s) to verify the server with (default: the Web PKI roots) |
+//! | `ssl-cert=PATH`, `ssl-key=PATH` | a client certificate |
+//! | `socket=PATH` | a Unix socket instead of TCP |
+//!
+//! Any other option is refused rather than ignored, so that a misspelt `ssl-mode` cannot
+//! quietly turn TLS verification off.
+//!
+//! The table is created on first use if missing (`CREATE TABLE IF NOT EXISTS`, see
+//! [`schema_sql`]). Least grants: `SELECT, INSERT, UPDATE` on the table; `CREATE` on the
+//! database too only if leaderrun is to create the table itself (otherwise create it
+//! once with `leaderrun init --print-sql`). Rows are never deleted: a row keeps its lock's
+//! fencing token, so deleting one by hand would let the token start again at 1.
+//!
+//! How the safety contract maps onto MySQL:
+//! - Expiry is judged on the server's clock: every statement compares with
+//!   `UTC_TIMESTAMP(6)`, which is fixed per statement and independent of the session's
+//!   time zone. The times are DATETIME(6) in UTC. (A server clock stepped forward would
+//!   expire leases early, as with any store that judges expiry on its own clock.)
+//! - Acquire is a compare-and-set: `ON DUPLICATE KEY UPDATE` has no WHERE, so it is a
+//!   conditional `UPDATE … WHERE holder IS NULL OR expires_at <= now` whose affected-row
+//!   count says who won, and an `INSERT` (which fails with a duplicate key for all but one
+//!   racer) when the lock name is new. The UPDATE sets `token = LAST_INSERT_ID(token + 1)`,
+//!   so the server returns the exact token it wrote with the statement's own answer.
+//! - Lock names are `VARBINARY`: compared byte for byte, so case, accents and trailing
+//!   spaces all make different locks (MariaDB's `utf8mb4_bin` is PAD SPACE: 'x' = 'x ').
+//! - Deadlocks (1213) and lock wait timeouts (1205) undo the whole statement and are
+//!   retried here a few times; a pool of a few connections reconnects after a server
+//!   restart, so a holder rides out a short outage.
+//! - No change notification exists: `changed` polls one primary-key read, with jitter.
+//!
+//! The password never appears in a message: every message names the store by
+//! `url::redact`, and anything that might echo it is scrubbed.
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::{Duration, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use rand::Rng;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
+
+use super::url::{redact, Access};
+use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreError};
+
+/// The table used unless the URL says `?table=`.
+pub const DEFAULT_TABLE: &str = "leaderrun_locks";
+
+/// How often a waiting process re-reads a held lock (±50 % jitter): one cheap
+/// primary-key read per waiter, so a fleet of standbys stays light on the server.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Longest wait for a connection (the pool keeps retrying a refused one meanwhile, which
+/// covers a server restart).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Longest any one call may take, connecting included; the elector's own limits are
+/// usually shorter. Keeps `status` from hanging on a server that stopped answering.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Attempts at a statement that hit a deadlock or a lock wait timeout.
+const ATTEMPTS: u32 = 6;
+
+/// Rounds of "update failed, yet the lock looked free" before an acquire gives up.
+const ACQUIRE_ROUNDS: u32 = 5;
+
+/// The URL options passed on to sqlx, with sqlx's aliases (everything else but `table`
+/// is refused).
+const SQLX_OPTIONS: &[&str] =
+    &["ssl-mode", "sslmode", "ssl-ca", "sslca", "ssl-cert", "sslcert", "ssl-key", "sslkey", "socket"];
+
+/// The table's definition, for `CREATE TABLE IF NOT EXISTS` on first use and for
+/// `leaderrun init --print-sql`. `table` must be a valid name (see [`table_of`]).
+pub fn schema_sql(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS `{table}` (
+    name        VARBINARY(1020) NOT NULL PRIMARY KEY,  -- the lock name in UTF-8, compared byte for byte
+    holder      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,  -- NULL when released
+    token       BIGINT UNSIGNED NOT NULL,   -- fencing token: +1 on every acquisition, never reset
+    acquired_at DATETIME(6) NOT NULL,       -- UTC, on the server's clock
+    expires_at  DATETIME(6) NOT NULL,       -- UTC, on the server's clock: the lease lapses then
+    revoked     BOOLEAN NOT NULL DEFAULT 0  -- 1: `leaderrun release` asked the holder to stand down
+) ENGINE=InnoDB"
+    )
+}
+
+/// The schema for a store URL (its `?table=`, or the default).
+pub fn schema_sql_for_url(url: &str) -> std::result::Result<String, String> {
+    Ok(schema_sql(&table_of(url)?))
+}
+
+/// The table a store URL names with `?table=`, checked; the default if none.
+pub fn table_of(url: &str) -> std::result::Result<String, String> {
+    let mut table = DEFAULT_TABLE.to_string();
+    for (key, value) in query_pairs(url) {
+        if key == "table" {
+            table = value.to_string();
+        }
+    }
+    let mut chars = table.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || table.len() > 64 || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!(
+            "table={table:?} is not a valid table name (1-64 of A-Z, a-z, 0-9, _; not starting with a digit)"
+        ));
+    }
+    Ok(table)
+}
+
+/// The `key=value` pairs of a URL's query (not percent-decoded: the keys we know need none).
+fn query_pairs(url: &str) -> impl Iterator<Item = (&str, &str)> {
+    let query = url.split_once('#').map_or(url, |(u, _)| u).split_once('?').map_or("", |(_, q)| q);
+    query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")))
+}
+
+/// sqlx's connect options for a store URL: `mariadb://` becomes `mysql://` (the only
+/// scheme sqlx knows), `table=` is taken out, unknown options are refused.
+fn connect_options(url: &str) -> std::result::Result<MySqlConnectOptions, String> {
+    let (_, rest) = url.split_once("://").ok_or("expected mysql://USER:PASSWORD@HOST:PORT/DATABASE")?;
+    let base = rest.split_once('?').map_or(rest, |(b, _)| b);
+    let mut kept = Vec::new();
+    for (key, value) in query_pairs(url) {
+        match key {
+            "table" => {}
+            k if SQLX_OPTIONS.contains(&k) => kept.push(format!("{key}={value}")),
+            other => {
+                return Err(format!(
+                    "unknown option {other:?} (known: table, ssl-mode, ssl-ca, ssl-cert, ssl-key, socket)"
+                ))
+            }
+        }
+    }
+    let query = if kept.is_empty() { String::new() } else { format!("?{}", kept.join("&")) };
+    let options = MySqlConnectOptions::from_str(&format!("mysql://{base}{query}"))
+        // sqlx's parse errors do not echo the URL; ours are scrubbed again anyway.
+        .map_err(|e| format!("not a valid MySQL URL: {e}"))?;
+    Ok(options.log_statements(tracing::log::LevelFilter::Trace))
+}
+
+/// The password as written in the URL and as decoded, to scrub from any message.
+fn passwords(url: &str) -> Vec<String> {
+    let Some((_, rest)) = url.split_once("://") else { return Vec::new() };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some((userinfo, _)) = authority.rsplit_once('@') else { return Vec::new() };
+    let Some((_, raw)) = userinfo.split_once(':') else { return Vec::new() };
+    let mut found = vec![raw.to_string(), percent_decode(raw)];
+    found.retain(|p| !p.is_empty());
+    found.dedup();
+    found
+}
+
+/// `message` with every occurrence of a secret replaced by `***`.
+fn scrub(mut message: String, secrets: &[String]) -> String {
+    for secret in secrets {
+        message = message.replace(secret.as_str(), "***");
+    }
+    message
+}
+
+/// `%XX` escapes decoded (as sqlx decodes the password); invalid ones are kept as written.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            Some(byte) if bytes[i] == b'%' => {
+                out.push(byte);
+                i += 3;
+            }
+            _ => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub struct MySqlStore {
+    pool: MySqlPool,
+    /// For a direct connection attempt when the pool only says "timed out": its error says why.
+    options: MySqlConnectOptions,
+    /// `` `name` ``, checked.
+    table: String,
+    /// The URL as shown in messages (password replaced by `***`).
+    shown: String,
+    /// What to scrub from any message.
+    secrets: Vec<String>,
+}
+
+impl MySqlStore {
+    /// Connect (and with `Access::Create`, create the table if missing). Every failure here
+    /// is reported at once; the caller does not retry an open.
+    pub async fn open(url: &str, access: Access) -> Result<Self> {
+        let shown = redact(url);
+        let secrets = passwords(url);
+        let prepared = table_of(url).and_then(|table| Ok((table, connect_options(url)?)));
+        let (table, options) =
+            prepared.map_err(|e| StoreError::refused(scrub(format!("MySQL store {shown}: {e}"), &secrets)))?;
+        let pool = MySqlPoolOptions::new()
+            .min_connections(0)
+            .max_connections(3)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_lazy_with(options.clone());
+        let store = Self { pool, options, table: format!("`{table}`"), shown, secrets };
+        let (store_ref, table) = (&store, &table);
+        store
+            .call("open", move || async move {
+                let store = store_ref;
+                let mut conn = store.pool.acquire().await?;
+                let probe = sqlx::query(store.sql("SELECT 1 FROM {t} LIMIT 0")).execute(&mut *conn).await;
+                match probe {
+                    Err(err) if no_table(&err) && access == Access::Create => {
+                        sqlx::raw_sql(AssertSqlSafe(schema_sql(table))).execute(&mut *conn).await?;
+                        Ok(())
+                    }
+                    Err(err) if no_table(&err) => Ok(()), // no table, no locks: status and list say so
+                    other => other.map(drop),
+                }
+            })
+            .await?;
+        Ok(store)
+    }
+
+    /// A statement with `{t}` replaced by the quoted table name.
+    fn sql(&self, template: &str) -> AssertSqlSafe<String> {
+        AssertSqlSafe(template.replace("{t}", &self.table))
+    }
+
+    /// Run one store call: bounded in time, retrying what InnoDB undid (deadlock, lock
+    /// wait timeout), and turning any other failure into a one-line `StoreError`.
+    /// (`body` makes a fresh future for each attempt.)
+    async fn call<T, F, Fut>(&self, op: &str, body: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = sqlx::Result<T>>,
+    {
+        // One line per request at -vvv: the benchmarks count them.
+        tracing::trace!(op, "store request");
+        let mut attempt = 1;
+        loop {
+            let err = match tokio::time::timeout(CALL_TIMEOUT, body()).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(err)) => err,
+                Err(_) => {
+                    let waited = humantime::format_duration(CALL_TIMEOUT);
+                    return Err(self.error(ErrorKind::Unavailable, &format!("no answer within {waited}")));
+                }
+            };
+            if is_undone(&err) && attempt < ATTEMPTS {
+                attempt += 1;
+                let pause = rand::rng().random_range(5..50);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                continue;
+            }
+            if matches!(err, sqlx::Error::PoolTimedOut) {
+                return Err(self.diagnose().await);
+            }
+            return Err(self.error(kind_of(&err), &describe(&err)));
+        }
+    }
+
+    /// The pool gave up waiting for a connection: one direct attempt says why.
+    async fn diagnose(&self) -> StoreError {
+        let waited = humantime::format_duration(CONNECT_TIMEOUT);
+        match tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect()).await {
+            Ok(Err(err)) => self.error(kind_of(&err), &format!("cannot connect: {}", describe(&err))),
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+                self.error(ErrorKind::Unavailable, &format!("no connection became free within {waited}"))
+            }
+            Err(_) => self.error(ErrorKind::Unavailable, &format!("cannot connect within {waited}")),
+        }
+    }
+
+    /// `MySQL store mysql://user:***@host:port/db: what`, on one line, without the password.
+    fn error(&self, kind: ErrorKind, what: &str) -> StoreError {
+        let message = format!("MySQL store {}: {}", self.shown, what.replace(['\n', '\r'], " "));
+        StoreError { kind, message: scrub(message, &self.secrets) }
+    }
+
+    /// The record of one lock, or `None` if the table has no row for it.
+    async fn read(&self, conn: &mut MySqlConnection, lock: &str) -> sqlx::Result<Option<LockRecord>> {
+        let row = sqlx::query(self.sql(&format!("SELECT {COLUMNS} FROM {{t}} WHERE name = ?")))
+            .bind(lock.as_bytes())
+            .fetch_optional(conn)
+            .await?;
+        row.map(|row| record_from(lock.to_string(), &row)).transpose()
+    }
+}
+
+/// What `read` and `list` select; `record_from` decodes it.
+const COLUMNS: &str = "holder, token, revoked,
+    TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS left_us,
+    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at) AS since_us";
+
+fn record_from(lock: String, row: &MySqlRow) -> sqlx::Result<LockRecord> {
+    let holder: Option<String> = row.try_get("holder")?;
+    let token: u64 = row.try_get("token")?;
+    let revoked: bool = row.try_get("revoked")?;
+    let left_us: i64 = row.try_get("left_us")?;
+    let since_us: i64 = row.try_get("since_us")?;
+    let live = holder.is_some() && left_us > 0;
+    Ok(LockRecord {
+        lock,
+        holder: holder.filter(|_| live),
+        token,
+        held_since: live.then(|| UNIX_EPOCH + Duration::from_micros(since_us.max(0) as u64)),
+        expires_in: live.then(|| Duration::from_micros(left_us as u64)),
+        revoked: live && revoked,
+    })
+}
+
+/// A duration as the microseconds an `INTERVAL ? MICROSECOND` takes (capped at ~100 years,
+/// well inside DATETIME's range).
+fn micros(d: Duration) -> i64 {
+    d.as_micros().min(100 * 365 * 86_400 * 1_000_000) as i64
+}
+
+fn server_error(err: &sqlx::Error) -> Option<&MySqlDatabaseError> {
+    match err {
+        sqlx::Error::Database(db) => db.try_downcast_ref::<MySqlDatabaseError>(),
+        _ => None,
+    }
+}
+
+fn number(err: &sqlx::Error) -> Option<u16> {
+    server_error(err).map(MySqlDatabaseError::number)
+}
+
+/// 1146: the table does not exist.
+fn no_table(err: &sqlx::Error) -> bool {
+    number(err) == Some(1146)
+}
+
+/// 1062: another racer inserted the row first.
+fn duplicate(err: &sqlx::Error) -> bool {
+    number(err) == Some(1062)
+}
+
+/// A deadlock (1213) or lock wait timeout (1205): InnoDB undid the statement, so running
+/// it again is safe.
+fn is_undone(err: &sqlx::Error) -> bool {
+    matches!(number(err), Some(1205 | 1213))
+}
+
+/// Server errors that may pass if retried: the above, too many connections (1040),
+/// shutdown in progress (1053), aborted / killed / interrupted connections and network
+/// errors (1152-1161, 1317, 1927, 4031), read-only during a failover (1290, 1792, 1836),
+/// server gone (2006, 2013, when a server reports them).
+const TRANSIENT: &[u16] = &[
+    1040, 1053, 1152, 1153, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1205, 1213, 1290, 1317, 1792, 1836, 1927,
+    2006, 2013, 4031,
+];
+
+/// Unavailable (worth retrying) or refused (bad credentials, no permission, unknown
+/// database 1044/1045/1049/1142, bad configuration, anything unexpected).
+fn kind_of(err: &sqlx::Error) -> ErrorKind {
+    match err {
+        sqlx::Error::Database(_) => match number(err) {
+            Some(n) if TRANSIENT.contains(&n) => ErrorKind::Unavailable,
+            _ => ErrorKind::Refused,
+        },
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::BeginFailed => ErrorKind::Unavailable,
+        _ => ErrorKind::Refused,
+    }
+}
+
+/// What went wrong, in words: the server's own message with its error number, or sqlx's.
+fn describe(err: &sqlx::Error) -> String {
+    match server_error(err) {
+        Some(db) => format!("{} (error {})", db.message(), db.number()),
+        None => err.to_string(),
+    }
+}
+
+#[async_trait]
+impl Store for MySqlStore {
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        let take = &self.sql(
+            "UPDATE {t} SET holder = ?, token = LAST_INSERT_ID(token + 1), acquired_at = UTC_TIMESTAMP(6),
+                expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, revoked = 0
+             WHERE name = ? AND (holder IS NULL OR expires_at <= UTC_TIMESTAMP(6))",
+        );
+        let create = &self.sql(
+            "INSERT INTO {t} (name, holder, token, acquired_at, expires_at, revoked)
+             VALUES (?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 0)",
+        );
+        self.call("acquire", move || async move {
+            let won = |token| Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token });
+            let mut conn = self.pool.acquire().await?;
+            let mut last = LockRecord::free(lock);
+            for _ in 0..ACQUIRE_ROUNDS {
+                // Free, released or expired: take it. The affected-row count is the verdict,
+                // and LAST_INSERT_ID(expr) hands back the token this very statement wrote.
+                let done = sqlx::query(AssertSqlSafe(take.0.as_str()))
+                    .bind(identity)
+                    .bind(micros(ttl))
+                    .bind(lock.as_bytes())
+                    .execute(&mut *conn)
+                    .await?;
+                if done.rows_affected() == 1 {
+                    return Ok(won(done.last_insert_id()));
+                }
+                match self.read(&mut conn, lock).await? {
+                    Some(record) if record.is_held() => return Ok(Acquire::Held(record)),
+                    // Freed or lapsed since the update looked: try again.
+                    Some(record) => last = record,
+                    // A name never seen: exactly one racer's insert succeeds.
+                    None => match sqlx::query(AssertSqlSafe(create.0.as_str()))
+                        .bind(lock.as_bytes())
+                        .bind(identity)
+                        .bind(micros(ttl))
+                        .execute(&mut *conn)
+                        .await
+                    {
+                        Ok(_) => return Ok(won(1)),
+                        Err(err) if duplicate(&err) => {}
+                        Err(err) => return Err(err),
+                    },
+                }
+            }
+            // The lock kept changing hands under us: others are taking it.
+            Ok(Acquire::Held(last))
+        })
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        self.call("renew", move || async move {
+            let mut conn = self.pool.acquire().await?;
+            // The client reports matched rows (CLIENT_FOUND_ROWS), so a renewal that writes
+            // the same expiry still counts.
+            let done = sqlx::query(self.sql(
+                "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+                 WHERE name = ? AND token = ? AND holder = ? AND revoked = 0",
+            ))
+            .bind(micros(ttl))
+            .bind(lease.lock.as_bytes())
+            .bind(lease.token)
+            .bind(&lease.identity)
+            .execute(&mut *conn)
+            .await?;
+            Ok(if done.rows_affected() == 1 {
+                Renew::Renewed
+            } else {
+                Renew::Lost(self.read(&mut conn, &lease.lock).await?)
+            })
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        self.call("release", move || async move {
+            // Keep it taken until acquired_at + keep if that is still ahead, else free it.
+            // (MySQL assigns left to right; neither expression reads a column set before it.)
+            sqlx::query(self.sql(
+                "UPDATE {t} SET
+                    expires_at = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6),
+                                    acquired_at + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6)),
+                    holder = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), holder, NULL)
+                 WHERE name = ? AND token = ? AND holder = ?",
+            ))
+            .bind(micros(keep))
+            .bind(micros(keep))
+            .bind(micros(keep))
+            .bind(lease.lock.as_bytes())
+            .bind(lease.token)
+            .bind(&lease.identity)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockRecord> {
+        self.call("status", move || async move {
+            let mut conn = self.pool.acquire().await?;
+            match self.read(&mut conn, lock).await {
+                Ok(record) => Ok(record.unwrap_or_else(|| LockRecord::free(lock))),
+                Err(err) if no_table(&err) => Ok(LockRecord::free(lock)),
+                Err(err) => Err(err),
+            }
+        })
+        .await
+    }
+
+    async fn list(&self) -> Result<Vec<LockRecord>> {
+        self.call("list", move || async move {
+            let rows = sqlx::query(self.sql(&format!("SELECT name, {COLUMNS} FROM {{t}} ORDER BY name")))
+                .fetch_all(&self.pool)
+                .await;
+            match rows {
+                Ok(rows) => rows
+                    .iter()
+                    .map(|row| {
+                        let name: Vec<u8> = row.try_get("name")?;
+                        record_from(String::from_utf8_lossy(&name).into_owned(), row)
+                    })
+                    .collect(),
+                Err(err) if no_table(&err) => Ok(Vec::new()),
+                Err(err) => Err(err),
+            }
+        })
+        .await
+    }
+
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
+        self.call("revoke", move || async move {
+            let mut conn = self.pool.acquire().await?;
+            loop {
+                let before = match self.read(&mut conn, lock).await {
+                    Ok(Some(record)) if record.is_held() => record,
+                    Ok(_) => return Ok(None),
+                    Err(err) if no_table(&err) => return Ok(None),
+                    Err(err) => return Err(err),
+                };
+                // Compare-and-set on the token read, so a lease taken in between is left alone.
+                let done = sqlx::query(
+                    self.sql("UPDATE {t} SET revoked = 1 WHERE name = ? AND token = ? AND holder IS NOT NULL"),
+                )
+                .bind(lock.as_bytes())
+                .bind(before.token)
+                .execute(&mut *conn)
+                .await?;
+                if done.rows_affected() == 1 {
+                    return Ok(Some(before));
+                }
+            }
+        })
+        .await
+    }
+
+    async fn changed(&self, lock: &str, max_wait: Duration) {
+        let started = tokio::time::Instant::now();
+        loop {
+            let jittered = POLL.mul_f64(rand::rng().random_range(0.5..1.5));
+            let left = max_wait.saturating_sub(started.elapsed());
+            tokio::time::sleep(jittered.min(left)).await;
+            if started.elapsed() >= max_wait {
+                return;
+            }
+            // A cheap read: only a lock that looks free is worth an acquire (a write).
+            match self.status(lock).await {
+                Ok(record) if record.is_held() => continue,
+                _ => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names() {
+        assert_eq!(table_of("mysql://u:p@h/db").unwrap(), "leaderrun_locks");
+        assert_eq!(table_of("mysql://u:p@h/db?ssl-mode=required&table=my_locks").unwrap(), "my_locks");
+        assert_eq!(table_of("mysql://h/db?table=_x9").unwrap(), "_x9");
+        assert!(table_of("mysql://h/db?table=9x").is_err());
+        assert!(table_of("mysql://h/db?table=a`b").is_err());
+        assert!(table_of("mysql://h/db?table=").is_err());
+        assert!(table_of(&format!("mysql://h/db?table={}", "x".repeat(65))).is_err());
+        assert!(table_of(&format!("mysql://h/db?table={}", "x".repeat(64))).is_ok());
+        assert!(schema_sql("t").contains("CREATE TABLE IF NOT EXISTS `t`"));
+    }
+
+    #[test]
+    fn options_are_checked_and_mariadb_is_mysql() {
+        let options = connect_options("mariadb://u:hunter2@db.example:3307/locks?table=t&ssl-mode=required").unwrap();
+        assert_eq!(options.get_host(), "db.example");
+        assert_eq!(options.get_port(), 3307);
+        assert_eq!(options.get_database(), Some("locks"));
+        assert!(matches!(options.get_ssl_mode(), sqlx::mysql::MySqlSslMode::Required));
+        let err = connect_options("mysql://u:hunter2@h/db?ssl_mode=required").unwrap_err();
+        assert!(err.contains("unknown option \"ssl_mode\""), "{err}");
+        assert!(!err.contains("hunter2"));
+        assert!(connect_options("mysql://u:hunter2@h/db?ssl-mode=bogus").unwrap_err().contains("ssl_mode"));
+    }
+
+    #[test]
+    fn passwords_to_scrub() {
+        assert_eq!(passwords("mysql://u:hunter2@h/db"), vec!["hunter2"]);
+        assert_eq!(passwords("mysql://u:p%40ss%zz@h/db"), vec!["p%40ss%zz", "p@ss%zz"]);
+        assert!(passwords("mysql://u@h/db").is_empty());
+    }
+
+    #[tokio::test]
+    async fn bad_urls_are_refused_without_the_password() {
+        for url in ["mysql://u:hunter2@h/db?table=1x", "mariadb://u:hunter2@h/db?pool=9"] {
+            let err = MySqlStore::open(url, Access::Create).await.err().expect("refused");
+            assert_eq!(err.kind, ErrorKind::Refused);
+            assert!(err.message.starts_with("MySQL store ") && err.message.contains("u:***@h"), "{}", err.message);
+            assert!(!err.message.contains("hunter2"), "{}", err.message);
+        }
+    }
+}

@@ -1,0 +1,614 @@
+//! PostgreSQL store: `--store postgres://user:pass@host:port/db[?table=NAME&sslmode=...]`
+//! (`postgresql://` too).
+//!
+//! One row per lock name. Every acquire, renew and release is a single statement, so the
+//! row lock PostgreSQL takes for it is the compare-and-set (A1): acquire is
+//! `INSERT … ON CONFLICT (name) DO UPDATE … WHERE released OR expired RETURNING token`.
+//! Expiry is judged on the server's clock with `clock_timestamp()` (the time now;
+//! `now()` would be the start of the transaction). That is the server's wall clock: it
+//! must be slewed, never stepped, while leases are held (NTP/chrony do this by default).
+//! Advisory locks are never used: they belong to a session and break behind
+//! transaction-pooling proxies.
+//!
+//! Wake-ups: releasing (and revoking) a lock sends `NOTIFY leaderrun, '<lock name>'` in the
+//! same statement. A waiter LISTENs on its own connection, opened on its first wait; the
+//! notification is only a hint (the elector re-reads at least every second anyway).
+//! LISTEN/NOTIFY does not pass a transaction-pooling proxy; waiters then fall back on that
+//! re-read. Prepared statements are used, so such a proxy must support them (PgBouncer
+//! ≥ 1.21 with `max_prepared_statements`).
+//!
+//! Connection settings: the URL is parsed by sqlx (`PgConnectOptions::from_str`), which
+//! starts from libpq's environment variables — PGHOST (or PGHOSTADDR), PGPORT, PGUSER,
+//! PGPASSWORD, PGDATABASE, PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGAPPNAME,
+//! PGOPTIONS — lets the URL override each of them, and reads `~/.pgpass` (or PGPASSFILE)
+//! when no password is given. URL parameters: `sslmode` (default `prefer`: TLS when the
+//! server offers it, *unverified*; use `verify-full` on an untrusted network), `sslrootcert`,
+//! `sslcert`, `sslkey`, `host` (a path for a Unix socket), `hostaddr`, `port`, `dbname`,
+//! `user`, `password`, `application_name`, `options`, `statement-cache-capacity`, plus
+//! leaderrun's own `table`. Unknown parameters are ignored with a warning (naming the key
+//! only: the value might be a secret).
+//!
+//! `?table=NAME` picks the table (default `leaderrun_locks`), for databases shared with
+//! others: a plain identifier, quoted, found through the connection's `search_path`
+//! (set it with `options=-c search_path=myschema` to use another schema).
+//!
+//! Least privileges: SELECT, INSERT, UPDATE on the table; CREATE on its schema only if
+//! leaderrun is to create the table on first use (else create it beforehand with the SQL
+//! from `schema_sql`, e.g. printed by `leaderrun init --print-sql`). No DELETE is ever
+//! issued. `leaderrun status`, `list` and `release` never create anything: a missing
+//! table means no locks.
+//!
+//! A password never appears in a message: they are built from `url::redact(url)` and the
+//! server's error text, never from sqlx's options (whose `Debug` shows the password).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::{AssertSqlSafe, ConnectOptions, Row, SqlSafeStr, SqlStr};
+use tokio::sync::Mutex;
+use tokio::time::{timeout, Instant};
+
+use super::url::{redact, Access};
+use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+
+/// The table used unless the URL says `?table=NAME`.
+pub const DEFAULT_TABLE: &str = "leaderrun_locks";
+
+/// The channel releases are announced on; the payload is the lock name.
+const CHANNEL: &str = "leaderrun";
+
+/// How long a call waits for a pooled connection (which includes reconnecting after a
+/// server restart). The elector bounds every call with its own, usually shorter, timeout.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Connections per process: the elector makes one call at a time; the second covers a
+/// connection still busy being checked or closed after a cancelled call.
+const MAX_CONNECTIONS: u32 = 2;
+
+/// How often a waiter re-reads the lock while it cannot listen for notifications.
+const POLL: Duration = Duration::from_millis(250);
+
+/// URL parameters sqlx understands (anything else is dropped with a warning).
+const SQLX_PARAMS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The table's definition, one statement without a trailing `;` (for `leaderrun init
+/// --print-sql`). `table` must be a plain identifier (see `valid_table`).
+pub fn schema_sql(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS \"{table}\" (
+    name        text PRIMARY KEY,
+    holder      text,                          -- NULL when released
+    token       bigint NOT NULL,               -- fencing token: +1 on every acquisition, never reset
+    acquired_at timestamptz NOT NULL,          -- server clock at acquisition
+    expires_at  timestamptz NOT NULL,          -- server clock at which the lease lapses
+    revoked     boolean NOT NULL DEFAULT false -- `leaderrun release` asked the holder to stand down
+)"
+    )
+}
+
+/// The schema for a `postgres://` URL (its `?table=`), for `leaderrun init --print-sql`.
+pub fn schema_sql_for_url(url: &str) -> std::result::Result<String, String> {
+    let (_, table) = split_url(url).map_err(|e| e.message)?;
+    Ok(schema_sql(&table))
+}
+
+/// Whether `name` is a plain SQL identifier: safe to quote into a statement as is.
+fn valid_table(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 63
+}
+
+/// Split leaderrun's own `table=` off the URL (sqlx would warn about it) and drop the
+/// parameters sqlx does not know, so that it never logs their values.
+fn split_url(url: &str) -> Result<(String, String)> {
+    let shown = redact(url);
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), DEFAULT_TABLE.to_string()));
+    };
+    let mut table = DEFAULT_TABLE.to_string();
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "table" {
+            if !valid_table(value) {
+                return Err(StoreError::refused(format!(
+                    "PostgreSQL store {shown}: table={value:?} is not a plain SQL identifier \
+                     (letters, digits and _, not starting with a digit, at most 63 characters)"
+                )));
+            }
+            table = value.to_string();
+        } else if SQLX_PARAMS.contains(&key) || (key.starts_with("options[") && key.ends_with(']')) {
+            kept.push(pair);
+        } else {
+            tracing::warn!("PostgreSQL store {shown}: ignoring the unknown parameter {key:?}");
+        }
+    }
+    let url = if kept.is_empty() { base.to_string() } else { format!("{base}?{}", kept.join("&")) };
+    Ok((url, table))
+}
+
+/// The statements, with the table name quoted in.
+struct Sql {
+    acquire: SqlStr,
+    renew: SqlStr,
+    release: SqlStr,
+    status: SqlStr,
+    list: SqlStr,
+    revoke: SqlStr,
+}
+
+impl Sql {
+    fn new(table: &str) -> Self {
+        let t = format!("\"{table}\"");
+        // Unix microseconds and the time left, both computed on the server's clock.
+        let columns = "l.name, l.holder, l.token, l.revoked,
+            (extract(epoch FROM l.acquired_at) * 1000000)::bigint AS acquired_us,
+            (extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint AS left_us";
+        let sql = |s: String| AssertSqlSafe(Arc::<str>::from(s)).into_sql_str();
+        Self {
+            // One clock reading for the whole statement. A row is taken over only if it
+            // was released or has expired on the server's clock; the token never resets.
+            acquire: sql(format!(
+                "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked)
+                 SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false
+                   FROM (SELECT clock_timestamp() AS now) c
+                 ON CONFLICT (name) DO UPDATE SET
+                    holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
+                    expires_at = excluded.expires_at, revoked = false
+                 WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
+                 RETURNING l.token"
+            )),
+            renew: sql(format!(
+                "UPDATE {t} SET expires_at = clock_timestamp() + $1 * interval '1 microsecond'
+                 WHERE name = $2 AND token = $3 AND holder = $4 AND NOT revoked"
+            )),
+            // With keep > 0 (--min-hold) the row stays taken until acquired_at + keep if
+            // that is still ahead; otherwise it is freed, and waiters are told.
+            release: sql(format!(
+                "WITH done AS (
+                    UPDATE {t} l SET
+                        holder = CASE WHEN l.acquired_at + $1 * interval '1 microsecond' > c.now
+                                      THEN l.holder END,
+                        expires_at = CASE WHEN l.acquired_at + $1 * interval '1 microsecond' > c.now
+                                          THEN l.acquired_at + $1 * interval '1 microsecond' ELSE c.now END
+                    FROM (SELECT clock_timestamp() AS now) c
+                    WHERE l.name = $2 AND l.token = $3 AND l.holder = $4
+                    RETURNING l.holder)
+                 SELECT pg_notify('{CHANNEL}', $2) FROM done WHERE holder IS NULL"
+            )),
+            status: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1")),
+            list: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name")),
+            // Compare-and-set on the token read: a lease taken in between is left alone.
+            revoke: sql(format!(
+                "WITH done AS (
+                    UPDATE {t} SET revoked = true
+                    WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > clock_timestamp()
+                    RETURNING name)
+                 SELECT pg_notify('{CHANNEL}', name) FROM done"
+            )),
+        }
+    }
+}
+
+pub struct PostgresStore {
+    pool: PgPool,
+    /// A pool of one for the LISTEN connection, kept apart so waiting never takes a
+    /// connection the lease calls need.
+    listen_pool: PgPool,
+    /// The listener, opened on the first `changed` and dropped once a lease is won (a
+    /// holder reads no notifications, and unread ones would pile up on the server).
+    listener: Mutex<Option<PgListener>>,
+    sql: Sql,
+    /// The connection settings, to find out why the pool gave up (see `open`).
+    options: PgConnectOptions,
+    /// The URL without its password, for messages.
+    shown: String,
+    /// Whether the table may be missing (status, list, release never create it).
+    existing_only: bool,
+}
+
+impl PostgresStore {
+    /// Parse the URL, connect once (so a bad address, password or database is reported
+    /// here, before anything runs) and, with `Access::Create`, create the table if needed.
+    pub async fn open(url: &str, access: Access) -> Result<Self> {
+        let shown = redact(url);
+        let (sqlx_url, table) = split_url(url)?;
+        let options = PgConnectOptions::from_str(&sqlx_url)
+            .map_err(|e| StoreError::refused(format!("PostgreSQL store {shown}: invalid URL: {}", describe(&e))))?
+            .log_statements(tracing::log::LevelFilter::Trace);
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            // A dead connection (server restarted) fails one call, which the elector
+            // retries; checking every connection first would cost a round trip per call.
+            .test_before_acquire(false)
+            .connect_lazy_with(options.clone());
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .idle_timeout(Duration::from_secs(60))
+            .connect_lazy_with(options.clone());
+        let store = Self {
+            pool,
+            listen_pool,
+            listener: Mutex::new(None),
+            sql: Sql::new(&table),
+            options,
+            shown,
+            existing_only: access == Access::Existing,
+        };
+        let mut conn = match store.pool.acquire().await {
+            Ok(conn) => conn,
+            Err(err) => return Err(store.explain_connect_failure(err).await),
+        };
+        if access == Access::Create {
+            store.create_table(&mut conn, &table).await?;
+        }
+        Ok(store)
+    }
+
+    /// The pool retries refused connections until its timeout and then reports only
+    /// that it timed out: try once more directly to say why.
+    async fn explain_connect_failure(&self, err: sqlx::Error) -> StoreError {
+        if !matches!(err, sqlx::Error::PoolTimedOut) {
+            return self.error(err);
+        }
+        match timeout(Duration::from_secs(2), self.options.connect()).await {
+            Ok(Err(cause)) => self.error(cause),
+            _ => self.error(err),
+        }
+    }
+
+    /// CREATE TABLE IF NOT EXISTS, tolerating the races of many first users and a user
+    /// without CREATE privilege when the table is already there.
+    async fn create_table(&self, conn: &mut sqlx::PgConnection, table: &str) -> Result<()> {
+        let created = sqlx::query(AssertSqlSafe(schema_sql(table))).execute(&mut *conn).await;
+        match created {
+            Ok(_) => Ok(()),
+            // Concurrent CREATE TABLE IF NOT EXISTS can still collide on pg_type's unique
+            // index (23505) or find the table created meanwhile (42P07): it exists now.
+            Err(err) if matches!(sqlstate(&err).as_deref(), Some("23505" | "42P07")) => Ok(()),
+            // The permission check comes before the existence check: without CREATE on
+            // the schema, an existing table is fine.
+            Err(err) if sqlstate(&err).as_deref() == Some("42501") => {
+                let quoted = format!("\"{table}\"");
+                let exists: std::result::Result<bool, _> =
+                    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(&quoted).fetch_one(&mut *conn).await;
+                match exists {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(StoreError::refused(format!(
+                        "PostgreSQL store {}: table {quoted} does not exist and this user may not create it \
+                         (grant CREATE on the schema, or create it with `leaderrun init --print-sql`)",
+                        self.shown
+                    ))),
+                    Err(e) => Err(self.error(e)),
+                }
+            }
+            Err(err) => Err(self.error(err)),
+        }
+    }
+
+    /// One line, without the password: the URL redacted, then what went wrong.
+    fn error(&self, err: sqlx::Error) -> StoreError {
+        let message = format!("PostgreSQL store {}: {}", self.shown, describe(&err));
+        if transient(&err) {
+            StoreError::unavailable(message)
+        } else {
+            StoreError::refused(message)
+        }
+    }
+
+    async fn read(&self, conn: &mut sqlx::PgConnection, lock: &str) -> Result<LockRecord> {
+        let row = sqlx::query(self.sql.status.clone()).bind(lock).fetch_optional(&mut *conn).await;
+        match row {
+            Ok(Some(row)) => Ok(record_from(&row)),
+            Ok(None) => Ok(LockRecord::free(lock)),
+            Err(err) if self.no_table(&err) => Ok(LockRecord::free(lock)),
+            Err(err) => Err(self.error(err)),
+        }
+    }
+
+    /// A missing table is no error for the commands that only look.
+    fn no_table(&self, err: &sqlx::Error) -> bool {
+        self.existing_only && sqlstate(err).as_deref() == Some("42P01")
+    }
+
+    async fn conn(&self, op: &'static str) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+        // One line per request at -vvv: the benchmarks count them.
+        tracing::trace!(op, "store request");
+        self.pool.acquire().await.map_err(|e| self.error(e))
+    }
+
+    /// Whether the lock looks held; an error counts as "maybe not" (the caller re-reads).
+    async fn looks_held(&self, lock: &str) -> bool {
+        matches!(self.status(lock).await, Ok(record) if record.is_held())
+    }
+
+    async fn listen(&self) -> std::result::Result<PgListener, sqlx::Error> {
+        let mut listener = PgListener::connect_with(&self.listen_pool).await?;
+        // A lost connection is reported to us (we re-read: a release may have been missed).
+        listener.eager_reconnect(false);
+        listener.listen(CHANNEL).await?;
+        Ok(listener)
+    }
+
+    /// Poll the lock until it looks free or `deadline` passes.
+    async fn poll(&self, lock: &str, deadline: Instant) {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(POLL.min(left)).await;
+            if !self.looks_held(lock).await {
+                return;
+            }
+        }
+    }
+}
+
+/// What went wrong, in one line, from sqlx's error (never from the connect options).
+fn describe(err: &sqlx::Error) -> String {
+    let what = match err {
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("{} (SQLSTATE {code})", db.message()),
+            None => db.message().to_string(),
+        },
+        sqlx::Error::Io(e) => format!("cannot reach the server: {e}"),
+        sqlx::Error::PoolTimedOut => format!("no connection within {}s", ACQUIRE_TIMEOUT.as_secs()),
+        // sqlx nests these, each saying "error with configuration: ".
+        sqlx::Error::Configuration(e) => e.to_string().replace("error with configuration: ", ""),
+        other => other.to_string(),
+    };
+    what.replace('\n', " ")
+}
+
+fn sqlstate(err: &sqlx::Error) -> Option<String> {
+    match err {
+        sqlx::Error::Database(db) => db.code().map(|code| code.into_owned()),
+        _ => None,
+    }
+}
+
+/// Whether an error may pass if the call is retried.
+fn transient(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            code.starts_with("08") // connection exception
+                || code.starts_with("53") // insufficient resources (too many connections, ...)
+                || matches!(
+                    &*code,
+                    "57P01" | "57P02" | "57P03" // admin / crash shutdown, cannot connect now
+                        | "57014" // query canceled (statement_timeout)
+                        | "40001" | "40P01" // serialization failure, deadlock
+                        | "55P03" // lock not available
+                        | "25006" // read-only transaction: a standby, during a failover
+                        | "58030" // I/O error
+                )
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        _ => false,
+    }
+}
+
+fn record_from(row: &PgRow) -> LockRecord {
+    let holder: Option<String> = row.get("holder");
+    let token: i64 = row.get("token");
+    let revoked: bool = row.get("revoked");
+    let acquired_us: i64 = row.get("acquired_us");
+    let left_us: i64 = row.get("left_us");
+    let live = holder.is_some() && left_us > 0;
+    LockRecord {
+        lock: row.get("name"),
+        holder: holder.filter(|_| live),
+        token: token as u64,
+        held_since: live.then(|| UNIX_EPOCH + Duration::from_micros(acquired_us.max(0) as u64)),
+        expires_in: live.then(|| Duration::from_micros(left_us as u64)),
+        revoked: live && revoked,
+    }
+}
+
+fn micros(d: Duration) -> i64 {
+    d.as_micros().min(i64::MAX as u128) as i64
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        let mut conn = self.conn("acquire").await?;
+        let won = sqlx::query_scalar::<_, i64>(self.sql.acquire.clone())
+            .bind(lock)
+            .bind(identity)
+            .bind(micros(ttl))
+            .fetch_optional(&mut *conn)
+            .await;
+        match won {
+            Ok(Some(token)) => {
+                // A holder reads no notifications: stop listening (see `listener`).
+                if let Ok(mut listener) = self.listener.try_lock() {
+                    *listener = None;
+                }
+                Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
+            }
+            Ok(None) => Ok(Acquire::Held(self.read(&mut conn, lock).await?)),
+            Err(err) if self.no_table(&err) => Ok(Acquire::Held(LockRecord::free(lock))),
+            Err(err) => Err(self.error(err)),
+        }
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        let mut conn = self.conn("renew").await?;
+        let done = sqlx::query(self.sql.renew.clone())
+            .bind(micros(ttl))
+            .bind(&lease.lock)
+            .bind(lease.token as i64)
+            .bind(&lease.identity)
+            .execute(&mut *conn)
+            .await;
+        match done {
+            Ok(done) if done.rows_affected() == 1 => Ok(Renew::Renewed),
+            Ok(_) => Ok(Renew::Lost(Some(self.read(&mut conn, &lease.lock).await?))),
+            Err(err) if self.no_table(&err) => Ok(Renew::Lost(None)),
+            Err(err) => Err(self.error(err)),
+        }
+    }
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        let mut conn = self.conn("release").await?;
+        let done = sqlx::query(self.sql.release.clone())
+            .bind(micros(keep))
+            .bind(&lease.lock)
+            .bind(lease.token as i64)
+            .bind(&lease.identity)
+            .execute(&mut *conn)
+            .await;
+        match done {
+            Ok(_) => Ok(()),
+            Err(err) if self.no_table(&err) => Ok(()),
+            Err(err) => Err(self.error(err)),
+        }
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockRecord> {
+        let mut conn = self.conn("status").await?;
+        self.read(&mut conn, lock).await
+    }
+
+    async fn list(&self) -> Result<Vec<LockRecord>> {
+        let mut conn = self.conn("list").await?;
+        match sqlx::query(self.sql.list.clone()).fetch_all(&mut *conn).await {
+            Ok(rows) => Ok(rows.iter().map(record_from).collect()),
+            Err(err) if self.no_table(&err) => Ok(Vec::new()),
+            Err(err) => Err(self.error(err)),
+        }
+    }
+
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
+        let mut conn = self.conn("revoke").await?;
+        loop {
+            let before = self.read(&mut conn, lock).await?;
+            if !before.is_held() {
+                return Ok(None);
+            }
+            let done = sqlx::query(self.sql.revoke.clone())
+                .bind(lock)
+                .bind(before.token as i64)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| self.error(e))?;
+            if done.len() == 1 {
+                return Ok(Some(before));
+            }
+        }
+    }
+
+    /// Wait for a notification naming `lock`. Notifications that arrive between two calls
+    /// wait in the connection, so a release just after our last read is not missed; one
+    /// that came before it only makes this return early (harmless: the caller re-reads).
+    /// A listener that was just (re)connected may have missed a release: read once then.
+    async fn changed(&self, lock: &str, max_wait: Duration) {
+        let deadline = Instant::now() + max_wait;
+        // Another task of this process is listening: poll rather than queue behind it.
+        let Ok(mut guard) = self.listener.try_lock() else {
+            return self.poll(lock, deadline).await;
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let listener = match guard.as_mut() {
+                Some(listener) => listener,
+                None => match timeout(left, self.listen()).await {
+                    Ok(Ok(listener)) => {
+                        let listener = guard.insert(listener);
+                        if !self.looks_held(lock).await {
+                            return;
+                        }
+                        listener
+                    }
+                    // Poll for this wait; the next one tries to listen again.
+                    Ok(Err(err)) => {
+                        tracing::debug!("cannot listen for releases, polling: {}", self.error(err));
+                        return self.poll(lock, deadline).await;
+                    }
+                    Err(_) => return,
+                },
+            };
+            match timeout(left, listener.try_recv()).await {
+                Err(_) => return,
+                Ok(Ok(Some(notification))) if notification.payload() == lock => return,
+                Ok(Ok(Some(_))) => continue,
+                // The connection was lost: a release may have gone unheard.
+                Ok(Ok(None)) | Ok(Err(_)) => {
+                    *guard = None;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names() {
+        assert!(valid_table("leaderrun_locks") && valid_table("_x9") && valid_table(&"a".repeat(63)));
+        for bad in ["", "9lives", "a-b", "a b", "a\"b", "schema.table", "ünï", &"a".repeat(64)] {
+            assert!(!valid_table(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn url_splitting() {
+        let split = |u| split_url(u).unwrap();
+        assert_eq!(split("postgres://u:p@h/db"), ("postgres://u:p@h/db".into(), DEFAULT_TABLE.into()));
+        assert_eq!(split("postgres://u:p@h/db?table=t1"), ("postgres://u:p@h/db".into(), "t1".into()));
+        assert_eq!(
+            split("postgresql://h/db?sslmode=require&table=T&bogus=secret&options[search_path]=s"),
+            ("postgresql://h/db?sslmode=require&options[search_path]=s".into(), "T".into())
+        );
+        let err = split_url("postgres://u:hunter2@h/db?table=x;drop").unwrap_err();
+        assert!(err.message.contains("x;drop") && !err.message.contains("hunter2"), "{}", err.message);
+        assert_eq!(err.kind, super::super::ErrorKind::Refused);
+    }
+
+    #[test]
+    fn schema_is_one_statement() {
+        let sql = schema_sql("t");
+        assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS \"t\" (") && !sql.contains(';'));
+        assert_eq!(schema_sql_for_url("postgres://h/db?table=x").unwrap(), schema_sql("x"));
+        assert!(schema_sql_for_url("postgres://h/db?table=1").is_err());
+    }
+}

@@ -1,0 +1,205 @@
+//! The conformance suite against a real PostgreSQL server (one per test, started in a
+//! temporary directory), and what only this store has: the table option, look-only
+//! access that never creates, least privileges, error kinds and messages without the
+//! password, and riding out a server restart with the same client.
+
+mod conformance;
+mod servers;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use conformance::{held, unique, won, Harness, SOON, TTL};
+use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
+use servers::postgres::Postgres;
+
+struct Pg {
+    server: Postgres,
+}
+
+async fn pg() -> Pg {
+    Pg { server: Postgres::start() }
+}
+
+async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
+    open(&StoreSpec::Postgres { url: url.to_string() }, access).await.map(Arc::from)
+}
+
+#[async_trait]
+impl Harness for Pg {
+    async fn open(&self) -> Arc<dyn Store> {
+        open_url(&self.server.url(), Access::Create).await.expect("open the PostgreSQL store")
+    }
+
+    async fn restart(&self) {
+        self.server.stop();
+        self.server.start_again();
+    }
+}
+
+conformance_suite!(pg());
+
+/// Whether a table exists in the test database.
+fn table_exists(server: &Postgres, table: &str) -> bool {
+    server.psql_in(servers::postgres::DATABASE, &format!("SELECT to_regclass('\"{table}\"') IS NOT NULL")) == "t"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_clients_create_the_table_together() {
+    let pg = pg().await;
+    let url = pg.server.url();
+    let barrier = Arc::new(tokio::sync::Barrier::new(50));
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let (url, barrier) = (url.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let store = open_url(&url, Access::Create).await?;
+                store.acquire("created-together", &format!("client-{i}"), TTL).await
+            })
+        })
+        .collect();
+    let mut winners = 0;
+    for task in tasks {
+        match task.await.unwrap().expect("no client may fail while the table is created") {
+            Acquire::Won(_) => winners += 1,
+            Acquire::Held(record) => assert!(record.is_held()),
+        }
+    }
+    assert_eq!(winners, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_table_option_separates_users_of_one_database() {
+    let pg = pg().await;
+    let (default, other) =
+        (pg.open().await, open_url(&format!("{}?table=Team_B", pg.server.url()), Access::Create).await.unwrap());
+    let lock = unique("shared-name");
+    won(&*default, &lock, "a", TTL).await;
+    let lease = won(&*other, &lock, "b", TTL).await;
+    assert_eq!(lease.token, 1, "another table, another token sequence");
+    held(&*other, &lock, "c").await;
+    assert!(table_exists(&pg.server, "leaderrun_locks") && table_exists(&pg.server, "Team_B"));
+
+    let err = open_url(&format!("{}?table=x;drop", pg.server.url()), Access::Create).await.err().unwrap();
+    assert_eq!(err.kind, ErrorKind::Refused);
+    assert!(err.message.contains("table=\"x;drop\""), "{}", err.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn looking_never_creates_the_table() {
+    let pg = pg().await;
+    let url = format!("{}?table=never_created", pg.server.url());
+    let store = open_url(&url, Access::Existing).await.expect("open to look");
+    let status = store.status("x").await.unwrap();
+    assert!(!status.is_held() && status.token == 0);
+    assert!(store.list().await.unwrap().is_empty());
+    assert!(store.revoke("x").await.unwrap().is_none());
+    assert!(!table_exists(&pg.server, "never_created"));
+    // Created by a run, then seen by a look-only client.
+    let runner = open_url(&url, Access::Create).await.unwrap();
+    won(&*runner, "x", "a", TTL).await;
+    assert_eq!(store.status("x").await.unwrap().holder.as_deref(), Some("a"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn least_privileges_select_insert_update() {
+    let pg = pg().await;
+    pg.server.psql("CREATE ROLE limited LOGIN PASSWORD 'limited-pw'");
+    let port = pg.server.port();
+    let limited = format!("postgres://limited:limited-pw@127.0.0.1:{port}/leaderrun");
+
+    // No table, and no right to create one: refused, saying so.
+    let err = open_url(&limited, Access::Create).await.err().expect("cannot create the table");
+    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    assert!(err.message.contains("does not exist") && err.message.contains("limited:***@"), "{}", err.message);
+
+    pg.open().await; // the owner creates it
+    pg.server.psql_in("leaderrun", "GRANT SELECT, INSERT, UPDATE ON leaderrun_locks TO limited");
+    let store = open_url(&limited, Access::Create).await.expect("SELECT, INSERT, UPDATE are enough");
+    let lock = unique("limited");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    let lease = won(&*store, &lock, "b", TTL).await;
+    assert!(store.revoke(&lock).await.unwrap().is_some());
+    store.release(&lease, Duration::from_secs(600)).await.unwrap();
+    assert!(!store.list().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn errors_say_what_went_wrong_without_the_password() {
+    let pg = pg().await;
+    let port = pg.server.port();
+    let check = |err: StoreError, kind: ErrorKind, needle: &str, secret: &str| {
+        assert_eq!(err.kind, kind, "{}", err.message);
+        assert!(err.message.contains(needle), "{needle:?} missing from {:?}", err.message);
+        assert!(err.message.contains("***") && !err.message.contains(secret), "{}", err.message);
+        assert!(!err.message.contains('\n'), "one line: {:?}", err.message);
+    };
+    let wrong = format!("postgres://leaderrun:not-the-password@127.0.0.1:{port}/leaderrun");
+    check(open_url(&wrong, Access::Create).await.err().unwrap(), ErrorKind::Refused, "28P01", "not-the-password");
+    let url = format!("postgres://leaderrun:{}@127.0.0.1:{port}/no_such_db", pg.server.password());
+    check(open_url(&url, Access::Existing).await.err().unwrap(), ErrorKind::Refused, "3D000", pg.server.password());
+
+    let closed = servers::free_port();
+    let url = format!("postgres://leaderrun:{}@127.0.0.1:{closed}/leaderrun", pg.server.password());
+    check(open_url(&url, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "refused", pg.server.password());
+
+    // A server that goes away under an open client: transient.
+    let store = pg.open().await;
+    pg.server.stop();
+    let err = store.status("x").await.expect_err("the server is down");
+    check(err, ErrorKind::Unavailable, &format!(":{port}/"), pg.server.password());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_rides_out_a_server_restart() {
+    let pg = pg().await;
+    let (a, b) = (pg.open().await, pg.open().await);
+    let lock = unique("outage");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    // b waits with a listener, which the restart cuts.
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(200)).await;
+
+    pg.server.stop();
+    assert!(a.renew(&lease, TTL).await.unwrap_err().is_transient());
+    // A wait during the outage still ends by its bound.
+    let started = Instant::now();
+    b.changed(&lock, Duration::from_millis(500)).await;
+    assert!(started.elapsed() < SOON);
+    pg.server.start_again();
+
+    // Connections from before the restart are dead: each client may fail once more.
+    let started = Instant::now();
+    loop {
+        match a.renew(&lease, TTL).await {
+            Ok(renew) => {
+                assert_eq!(renew, Renew::Renewed);
+                break;
+            }
+            Err(err) => assert!(err.is_transient() && started.elapsed() < SOON, "{}", err.message),
+        }
+    }
+    // And b's waits hear releases again.
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            loop {
+                match b.acquire(&lock, "b", TTL).await {
+                    Ok(Acquire::Won(lease)) => return lease,
+                    _ => b.changed(&lock, Duration::from_secs(3600)).await,
+                }
+                assert!(started.elapsed() < SOON, "b never took over");
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    let next = tokio::time::timeout(SOON, waiter).await.expect("the release never woke b").unwrap();
+    assert!(next.token > lease.token);
+}

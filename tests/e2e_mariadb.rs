@@ -1,0 +1,218 @@
+//! End-to-end tests of the `leaderrun` binary against a real MariaDB server (started by
+//! each test on loopback, in a temp dir): a cron fleet, `--wait` handover, a password
+//! that never shows, and a holder's life through a short and a long server outage.
+//!
+//! Every command gets `--store URL` explicitly. Waits are on events with generous
+//! bounds; nothing asserts that something was fast.
+
+mod common;
+mod servers;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use servers::mariadb::Mariadb;
+
+/// `leaderrun --store URL ARGS...` (ARGS may start with a subcommand).
+fn with_store(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
+    let mut cmd = sb.bare();
+    match args.split_first() {
+        Some((sub, rest)) if ["status", "list", "release"].contains(sub) => {
+            cmd.arg(sub).arg("--store").arg(url).args(rest);
+        }
+        _ => {
+            cmd.arg("--store").arg(url).args(args);
+        }
+    }
+    cmd
+}
+
+/// Exit code and parsed `leaderrun status --json --lock LOCK`.
+fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, Value) {
+    let out = sb.output(with_store(sb, url, &["status", "--json", "--lock", lock]));
+    let text = stdout_of(&out);
+    let value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", stderr_of(&out)));
+    (code_of(out.status, "leaderrun status"), value)
+}
+
+/// A child that takes about 100 ms and records that it ran, with its fencing token.
+const CRON_JOB: &str = r#"sleep 0.1; echo "ran $LEADERRUN_FENCING_TOKEN" >> "$D/runs""#;
+
+#[test]
+fn cron_fleet_runs_each_firing_exactly_once() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    let url = db.url();
+    // Ten hosts' cron fire at once; the table does not exist yet, so they also race to create it.
+    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), with_store(&sb, &url, &args))).collect();
+    let outs: Vec<Output> = running.into_iter().map(|w| w.finish(Duration::from_secs(60))).collect();
+    for (i, out) in outs.iter().enumerate() {
+        assert_eq!(out.status.code(), Some(0), "run {i}: status; stderr {:?}", stderr_of(out));
+        assert_eq!((stdout_of(out), stderr_of(out)), (String::new(), String::new()), "run {i} must print nothing");
+    }
+    assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
+
+    // The lease stays taken for --min-hold; the mariadb:// scheme names the same store.
+    let mariadb_url = url.replacen("mysql://", "mariadb://", 1);
+    let (code, status) = status_json(&sb, &mariadb_url, "nightly");
+    assert_eq!(
+        (code, &status["fencing_token"], status["held"].as_bool()),
+        (0, &Value::from(1), Some(true)),
+        "{status}"
+    );
+    let out = sb.output(with_store(&sb, &mariadb_url, &["--lock", "nightly", "--", "sh", "-c", CRON_JOB]));
+    assert_eq!(out.status.code(), Some(0), "a late firing inside --min-hold; stderr {:?}", stderr_of(&out));
+    assert_eq!(sb.lines("runs"), vec!["ran 1"], "a late firing inside --min-hold must run nothing");
+}
+
+/// A `--wait` child that takes a file lock for its whole life (so any overlap is caught
+/// whatever the clocks say) and records start and stop with its token and CLOCK_BOOTTIME.
+const TURN_TAKER: &str = r#"
+exec 9>>"$D/flock"
+flock -n 9 || echo "OVERLAP $LEADERRUN_FENCING_TOKEN" >> "$D/events"
+echo "start $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
+sleep 0.2
+echo "stop $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
+"#;
+
+#[test]
+fn wait_handover_runs_every_waiter_once_in_turn() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    let url = db.url();
+    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
+    let waiters: Vec<Wrapper> =
+        (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), with_store(&sb, &url, &args))).collect();
+    for (i, w) in waiters.into_iter().enumerate() {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "waiter {i}: stderr {:?}", stderr_of(&out));
+    }
+
+    let events = sb.lines("events");
+    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children ran at once: {events:#?}");
+    assert_eq!(events.len(), 8, "every waiter's child must run exactly once: {events:#?}");
+    let (mut last_token, mut last_stop) = (0u64, f64::MIN);
+    let tokens: Vec<&str> = events.iter().step_by(2).map(|l| l.split(' ').nth(1).unwrap_or("")).collect();
+    assert_eq!(tokens, ["1", "2", "3", "4"], "one token per acquisition, exactly as the store wrote it");
+    for pair in events.chunks(2) {
+        let start: Vec<&str> = pair[0].split(' ').collect();
+        let stop: Vec<&str> = pair[1].split(' ').collect();
+        assert_eq!((start[0], stop[0], start[1]), ("start", "stop", stop[1]), "runs interleave: {events:#?}");
+        let token: u64 = start[1].parse().expect("a numeric fencing token");
+        assert!(token > last_token, "fencing tokens must strictly increase in start order: {events:#?}");
+        let (t_start, t_stop): (f64, f64) = (start[2].parse().unwrap(), stop[2].parse().unwrap());
+        assert!(last_stop <= t_start && t_start <= t_stop, "runs overlap in time: {events:#?}");
+        (last_token, last_stop) = (token, t_stop);
+    }
+}
+
+#[test]
+fn a_wrong_password_is_never_shown() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    let wrong = format!("Wrong{}", db.password());
+    let url = db.url().replace(db.password(), &wrong);
+    let out = sb.output(with_store(&sb, &url, &["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "the store refused us; stderr {stderr:?}");
+    assert!(!sb.exists("ran"), "the child must not run");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.contains("leaderrun:***@127.0.0.1"), "the URL is shown with the password masked: {stderr:?}");
+    assert!(stderr.contains("Access denied"), "the message says why: {stderr:?}");
+    assert!(!stderr.contains(&wrong) && !stderr.contains(db.password()), "the password leaked: {stderr:?}");
+
+    // Nor does status, on a server that is down.
+    drop(db);
+    let out = sb.output(with_store(&sb, &url, &["status", "--lock", "x"]));
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "stderr {stderr:?}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.contains("***") && !stderr.contains(&wrong), "{stderr:?}");
+}
+
+#[test]
+fn select_insert_update_suffice_once_the_table_exists() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    // The table as `leaderrun init --print-sql` would have a DBA create it.
+    let schema = leaderrun::store::mysql::schema_sql("leaderrun_locks");
+    db.root_sql(&format!("USE leaderrun; {schema}"));
+    db.root_sql(
+        "CREATE USER 'least'@'%' IDENTIFIED BY 'Least9';
+         GRANT SELECT, INSERT, UPDATE ON leaderrun.leaderrun_locks TO 'least'@'%';",
+    );
+    let url = format!("mysql://least:Least9@127.0.0.1:{}/leaderrun", db.port());
+    let script = r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/ran""#;
+    let out = sb.output(with_store(&sb, &url, &["--lock", "job", "--min-hold", "0s", "--", "sh", "-c", script]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert_eq!(sb.read("ran"), "1\n");
+    let (code, status) = status_json(&sb, &url, "job");
+    assert_eq!((code, &status["fencing_token"]), (1, &Value::from(1)), "released, token kept: {status}");
+
+    // Another table, which this user may not create: refused, with the server's reason.
+    let other = format!("{url}?table=other_locks");
+    let out = sb.output(with_store(&sb, &other, &["--lock", "job", "--", "sh", "-c", script]));
+    assert_eq!(out.status.code(), Some(69), "stderr {:?}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("denied"), "{:?}", stderr_of(&out));
+}
+
+/// Start a `--wait` holder whose child runs until killed; wait until the child is up.
+fn start_holder(sb: &Sandbox, url: &str, timing: &[&str]) -> (Wrapper, i32) {
+    let script = r#"echo $$ > "$D/holder.tmp"; mv "$D/holder.tmp" "$D/holder.pid"; exec sleep 1000"#;
+    let args = [&["--lock", "worker", "--wait"][..], timing, &["--", "sh", "-c", script]].concat();
+    let holder = sb.spawn("holder", with_store(sb, url, &args));
+    let child = sb.wait_pid("holder.pid");
+    (holder, child)
+}
+
+#[test]
+fn a_holder_rides_out_a_short_outage() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    let url = db.url();
+    let (mut holder, child) = start_holder(&sb, &url, &["--ttl", "6s", "--renew-every", "1s", "--kill-after", "1s"]);
+
+    let outage = std::time::Instant::now();
+    db.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    db.start_again();
+    eprintln!("the server was down for {:?}", outage.elapsed());
+    // Longer than the lease: only renewals after the restart can have kept the child alive.
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(pid_alive(child), "the child was stopped; wrapper stderr {:?}", holder.stderr());
+    assert!(holder.try_status().is_none(), "the wrapper exited; stderr {:?}", holder.stderr());
+    let (code, status) = status_json(&sb, &url, "worker");
+    assert_eq!((code, &status["fencing_token"]), (0, &Value::from(1)), "still the first lease: {status}");
+
+    assert!(!holder.stderr().contains(db.password()), "{:?}", holder.stderr());
+    eprintln!("the holder said: {}", holder.stderr());
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
+    assert!(!pid_alive(child));
+    let (code, _) = status_json(&sb, &url, "worker");
+    assert_eq!(code, 1, "released on the way out");
+}
+
+#[test]
+fn an_outage_longer_than_the_lease_stops_the_child() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    let url = db.url();
+    let (mut holder, child) =
+        start_holder(&sb, &url, &["--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"]);
+
+    db.stop();
+    assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "lease lost while the child ran; stderr {:?}", holder.stderr());
+    assert!(!pid_alive(child), "the child must be stopped");
+    assert!(!holder.stderr().contains(db.password()), "{:?}", holder.stderr());
+
+    // The server back and the lease lapsed on its clock: the next run gets the next token.
+    db.start_again();
+    let free = || status_json(&sb, &url, "worker").0 == 1;
+    wait_for(free, WITHIN_A_LEASE, "the lost lease to lapse on the server");
+    let script = r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/next""#;
+    let out = sb.output(with_store(&sb, &url, &["--lock", "worker", "--", "sh", "-c", script]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert_eq!(sb.read("next"), "2\n");
+    sb.wait_no_processes_left(SOON);
+}

@@ -1,0 +1,207 @@
+//! End-to-end tests of the `leaderrun` binary against a real PostgreSQL server (one per
+//! test): a cron fleet, `--wait` handover, a password that never shows, and a holder
+//! riding out a short outage but stopping its child in a long one.
+
+mod common;
+mod servers;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::Signal;
+use servers::postgres::Postgres;
+
+/// `leaderrun --store URL ARGS...` with none of the PG* variables of whoever runs the tests.
+fn run(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
+    let mut cmd = sb.bare();
+    cmd.arg("--store").arg(url).args(args);
+    without_pg_env(&mut cmd);
+    cmd
+}
+
+/// `leaderrun SUB --store URL ARGS...`
+fn sub(sb: &Sandbox, sub: &str, url: &str, args: &[&str]) -> Command {
+    let mut cmd = sb.bare();
+    cmd.arg(sub).arg("--store").arg(url).args(args);
+    without_pg_env(&mut cmd);
+    cmd
+}
+
+fn without_pg_env(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("PG") {
+            cmd.env_remove(&name);
+        }
+    }
+}
+
+/// Parsed `status --json`, and its exit code.
+fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, serde_json::Value) {
+    let out = sb.output(sub(sb, "status", url, &["--json", "--lock", lock]));
+    let text = stdout_of(&out);
+    let value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", stderr_of(&out)));
+    (code_of(out.status, "status --json"), value)
+}
+
+const CRON_JOB: &str = r#"sleep 0.1; echo "ran $LEADERRUN_FENCING_TOKEN" >> "$D/runs""#;
+
+#[test]
+fn cron_fleet_runs_each_firing_exactly_once() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    let url = pg.url();
+    // Ten hosts fire at once on a database that has no table yet: all race to create it.
+    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), run(&sb, &url, &args))).collect();
+    for (i, w) in running.into_iter().enumerate() {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", stderr_of(&out));
+        assert_eq!((stdout_of(&out), stderr_of(&out)), (String::new(), String::new()), "run {i} must be silent");
+    }
+    assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
+    let (code, status) = status_json(&sb, &url, "nightly");
+    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(1)), "held for --min-hold: {status}");
+}
+
+/// Takes a file lock for its whole life (any overlap of two children is caught) and
+/// records start and stop with its token.
+const TURN_TAKER: &str = r#"
+exec 9>>"$D/flock"
+flock -n 9 || echo "OVERLAP $LEADERRUN_FENCING_TOKEN" >> "$D/events"
+echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"
+sleep 0.2
+echo "stop $LEADERRUN_FENCING_TOKEN" >> "$D/events"
+"#;
+
+#[test]
+fn wait_handover_runs_every_waiter_once_in_turn() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    let url = pg.url();
+    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
+    let waiters: Vec<Wrapper> = (0..5).map(|i| sb.spawn(&format!("waiter-{i}"), run(&sb, &url, &args))).collect();
+    for (i, w) in waiters.into_iter().enumerate() {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "waiter {i}: stderr {:?}", stderr_of(&out));
+    }
+    let events = sb.lines("events");
+    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children ran at once: {events:#?}");
+    assert_eq!(events.len(), 10, "every waiter's child runs exactly once: {events:#?}");
+    let mut last = 0u64;
+    for pair in events.chunks(2) {
+        let (start, stop) = (pair[0].split_once(' ').unwrap(), pair[1].split_once(' ').unwrap());
+        assert_eq!((start.0, stop.0, start.1), ("start", "stop", stop.1), "runs interleave: {events:#?}");
+        let token: u64 = start.1.parse().expect("a numeric fencing token");
+        assert!(token > last, "tokens strictly increase in start order: {events:#?}");
+        last = token;
+    }
+}
+
+/// Exits 69 with one line on stderr that shows the URL masked and never `secret`.
+fn assert_store_failure(out: &Output, secret: &str, case: &str) {
+    let err = stderr_of(out);
+    assert_eq!(out.status.code(), Some(69), "{case}: stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "{case}: one line: {err:?}");
+    assert!(err.contains("***"), "{case}: the URL is shown masked: {err:?}");
+    assert!(!err.contains(secret) && !stdout_of(out).contains(secret), "{case}: the password leaked: {err:?}");
+}
+
+#[test]
+fn the_password_never_shows() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    let (url, password) = (pg.url(), pg.password().to_string());
+    let job = ["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#];
+
+    let wrong = url.replace(&password, "Wrong-Password-42");
+    let out = sb.output(run(&sb, &wrong, &job));
+    assert_store_failure(&out, "Wrong-Password-42", "a wrong password");
+    assert!(stderr_of(&out).contains("password authentication failed"), "{:?}", stderr_of(&out));
+    let closed = url.replace(&format!(":{}/", pg.port()), &format!(":{}/", servers::free_port()));
+    let out = sb.output(run(&sb, &closed, &job));
+    assert_store_failure(&out, &password, "a closed port");
+    assert!(!sb.exists("ran"), "nothing runs without the store");
+
+    // Everything a working run and the other commands print, even at -vvv.
+    let mut outputs = vec![sb.output(run(&sb, &url, &[&["-vvv", "--min-hold", "1h"][..], &job].concat()))];
+    assert_eq!(outputs[0].status.code(), Some(0), "stderr {:?}", stderr_of(&outputs[0]));
+    assert!(sb.exists("ran"));
+    for (name, args) in [
+        ("status", vec!["--lock", "pw"]),
+        ("status", vec!["--json", "--lock", "pw"]),
+        ("list", vec!["--json"]),
+        ("list", vec![]),
+        ("release", vec!["-v", "--lock", "pw"]),
+    ] {
+        let out = sb.output(sub(&sb, name, &url, &args));
+        assert_eq!(out.status.code(), Some(0), "{name} {args:?}: stderr {:?}", stderr_of(&out));
+        outputs.push(out);
+    }
+    for out in &outputs {
+        let all = format!("{}{}", stdout_of(out), stderr_of(out));
+        assert!(!all.contains(&password), "the password leaked: {all}");
+    }
+}
+
+/// A `--wait` holder whose child runs until stopped; returns it and the child's pid.
+fn start_holder(sb: &Sandbox, url: &str, lease: &[&str]) -> (Wrapper, i32) {
+    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
+    let args = [&["--lock", "worker", "--wait"][..], lease, &["--", "sh", "-c", script]].concat();
+    let holder = sb.spawn("holder", run(sb, url, &args));
+    let child = sb.wait_pid("child.pid");
+    (holder, child)
+}
+
+#[test]
+fn a_holder_rides_out_a_short_outage() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    let url = pg.url();
+    let (mut holder, child) = start_holder(&sb, &url, &["--ttl", "8s", "--renew-every", "1s", "--kill-after", "1s"]);
+
+    pg.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    pg.start_again();
+
+    // Renewed since the restart (a lease of 8 s with more than 6 s left), same token.
+    wait_for(
+        || {
+            let (code, s) = status_json(&sb, &url, "worker");
+            code == 0 && s["fencing_token"] == 1 && s["expires_in_seconds"].as_f64().is_some_and(|left| left > 6.0)
+        },
+        WITHIN_A_LEASE,
+        "a renewal after the restart",
+    );
+    assert!(holder.try_status().is_none(), "the holder must still run; stderr {:?}", holder.stderr());
+    assert!(pid_alive(child), "the child must have kept running through the outage");
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
+    sb.wait_no_processes_left(SOON);
+}
+
+#[test]
+fn a_longer_outage_stops_the_child_and_loses_the_lease() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    let url = pg.url();
+    let (mut holder, child) = start_holder(&sb, &url, &["--ttl", "3s", "--renew-every", "1s", "--kill-after", "1s"]);
+
+    pg.stop();
+    assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "lease lost; stderr {:?}", holder.stderr());
+    assert!(!pid_alive(child), "the child must be stopped when the lease cannot be renewed");
+    assert!(!holder.stderr().contains(pg.password()), "{:?}", holder.stderr());
+
+    // Back up: the lease lapses on the server's clock and the next run gets the next token.
+    pg.start_again();
+    wait_for(
+        || sb.output(sub(&sb, "status", &url, &["--lock", "worker"])).status.code() == Some(1),
+        WITHIN_A_LEASE,
+        "the lease to lapse",
+    );
+    let out = sb.output(run(
+        &sb,
+        &url,
+        &["--lock", "worker", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/next""#],
+    ));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert_eq!(sb.read("next"), "2\n");
+    sb.wait_no_processes_left(SOON);
+}

@@ -1,0 +1,185 @@
+//! A MariaDB server of the tests' own: a fresh data directory in a temp dir, loopback
+//! only, a free port, a database and a user `leaderrun` with a password. Stopped (and its
+//! directory removed) when dropped. Needs `mariadb-server` installed; a server that does
+//! not start fails the test with the tail of its error log, never skips it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Longest a start or a stop may take.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Mariadb {
+    dir: tempfile::TempDir,
+    port: u16,
+    password: String,
+    /// The running `mariadbd`, if any.
+    server: Mutex<Option<Child>>,
+}
+
+impl Mariadb {
+    /// Create a data directory, start the server, create database and user.
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new().prefix("leaderrun-mariadb-").tempdir().expect("create a temp dir");
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let password = format!("Pw{:x}{:x}", std::process::id(), nanos);
+        let db = Self { dir, port: super::free_port(), password, server: Mutex::new(None) };
+        std::fs::create_dir(db.file("tmp")).expect("create the server's tmpdir");
+        let install = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", db.data().display()))
+            .arg(format!("--tmpdir={}", db.file("tmp").display()))
+            .arg(format!("--user={}", user()))
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run mariadb-install-db (is mariadb-server installed?): {e}"));
+        assert!(
+            install.status.success(),
+            "mariadb-install-db failed: {}{}",
+            String::from_utf8_lossy(&install.stdout),
+            String::from_utf8_lossy(&install.stderr)
+        );
+        db.start_again();
+        db.root_sql(&format!(
+            "CREATE DATABASE leaderrun;
+             CREATE USER 'leaderrun'@'127.0.0.1' IDENTIFIED BY '{pw}';
+             CREATE USER 'leaderrun'@'%' IDENTIFIED BY '{pw}';
+             GRANT ALL ON leaderrun.* TO 'leaderrun'@'127.0.0.1';
+             GRANT ALL ON leaderrun.* TO 'leaderrun'@'%';",
+            pw = db.password
+        ));
+        db
+    }
+
+    /// `mysql://leaderrun:PASSWORD@127.0.0.1:PORT/leaderrun`
+    pub fn url(&self) -> String {
+        format!("mysql://leaderrun:{}@127.0.0.1:{}/leaderrun", self.password, self.port)
+    }
+
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Start the server on the existing data directory (same port) and wait until it answers.
+    pub fn start_again(&self) {
+        let mut server = self.server.lock().unwrap();
+        assert!(server.is_none(), "the MariaDB server is already running");
+        let _ = std::fs::remove_file(self.file("err"));
+        let child = Command::new("mariadbd")
+            .arg("--no-defaults") // must come first
+            .arg(format!("--datadir={}", self.data().display()))
+            // A tmpdir of its own: a starting server deletes the `#sql*` files it finds in
+            // its tmpdir, which in a shared /tmp are other servers' temporary tables.
+            .arg(format!("--tmpdir={}", self.file("tmp").display()))
+            .arg(format!("--user={}", user()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", self.file("sock").display()))
+            .arg(format!("--pid-file={}", self.file("pid").display()))
+            .arg(format!("--log-error={}", self.file("err").display()))
+            .arg("--skip-log-bin")
+            // Accounts match 127.0.0.1 as written, not a name looked up for it.
+            .arg("--skip-name-resolve")
+            // Small, and quick on this shared machine: the tests stop it cleanly (SIGTERM),
+            // so a commit need not wait for an fsync to survive a restart.
+            .args(["--innodb-buffer-pool-size=32M", "--innodb-flush-log-at-trx-commit=2", "--max-connections=1000"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run mariadbd (is mariadb-server installed?): {e}"));
+        *server = Some(child);
+        let started = Instant::now();
+        loop {
+            if self.ping() {
+                return;
+            }
+            if let Some(status) = server.as_mut().unwrap().try_wait().unwrap() {
+                *server = None;
+                panic!("mariadbd exited ({status}) before it was ready; its log ends:\n{}", self.log_tail());
+            }
+            if started.elapsed() > PATIENCE {
+                panic!("mariadbd did not answer within {PATIENCE:?}; its log ends:\n{}", self.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stop the server (SIGTERM, a clean shutdown) and wait until it has exited.
+    pub fn stop(&self) {
+        let Some(mut child) = self.server.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        let started = Instant::now();
+        while child.try_wait().ok().flatten().is_none() {
+            if started.elapsed() > PATIENCE {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Run SQL as root over the socket.
+    pub fn root_sql(&self, sql: &str) {
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.file("sock").display()))
+            .args(["-uroot", "-e", sql])
+            .output()
+            .expect("run the mariadb client");
+        assert!(out.status.success(), "mariadb -e {sql:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn ping(&self) -> bool {
+        Command::new("mariadb-admin")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.file("sock").display()))
+            .args(["-uroot", "--connect-timeout=2", "ping"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    fn data(&self) -> PathBuf {
+        self.file("data")
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn log_tail(&self) -> String {
+        tail(&self.file("err"), 30)
+    }
+}
+
+impl Drop for Mariadb {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The user mariadbd runs as: this one (root in CI, which needs saying explicitly).
+fn user() -> String {
+    let uid = nix::unistd::geteuid();
+    nix::unistd::User::from_uid(uid).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()));
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -1,0 +1,12 @@
+//! Real servers for the tests, started on loopback, on free ports, in temporary
+//! directories, and stopped when the handle is dropped.
+
+#![allow(dead_code)]
+
+pub mod mariadb;
+pub mod postgres;
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().unwrap().port()
+}
