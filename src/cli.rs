@@ -73,6 +73,36 @@ is SIGSTOPped. When the child exits, what is left of its process group is stoppe
 is released. A process that leaves the group (setsid, double fork into a new group) escapes both.",
 ];
 
+/// The stores: (URL, what it guarantees and what it does not).
+pub const STORES: &[(&str, &str)] = &[
+    (
+        "sqlite:///path/to/file.db",
+        "The embedded default: one file, one host, any number of processes. Each step is one SQL statement under \
+         SQLite's write lock; expiry is judged on CLOCK_BOOTTIME and a lease from before a reboot is void. Never put \
+         the file on a network filesystem.",
+    ),
+    (
+        "postgres://user:pass@host:5432/db?sslmode=verify-full&table=NAME",
+        "Also postgresql://; PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and ~/.pgpass are honoured. \
+         Each step is one statement (INSERT ... ON CONFLICT ... WHERE free or expired); expiry is judged on the \
+         server's clock_timestamp(), so the server's clock must be slewed, never stepped. A release wakes waiters \
+         through LISTEN/NOTIFY (which a transaction-pooling proxy does not pass: waiters then re-check every \
+         second). No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
+         acquisition or renewal: use synchronous replication for leases that matter.",
+    ),
+    (
+        "mysql://user:pass@host:3306/db?ssl-mode=VERIFY_IDENTITY&table=NAME",
+        "Also mariadb://. A conditional UPDATE whose affected-row count decides, on the server's UTC_TIMESTAMP(6); \
+         waiters poll every ~100 ms. The same caveats about the server's clock and asynchronous replicas apply.",
+    ),
+    (
+        "grants",
+        "PostgreSQL and MySQL need SELECT, INSERT and UPDATE on the table; CREATE only if leaderrun is to create \
+         the table on first use (else run the SQL of leaderrun init --print-sql beforehand). Never delete rows by \
+         hand: a lock's fencing token would start again at 1.",
+    ),
+];
+
 /// Typical command lines: (command, what it does).
 pub const EXAMPLES: &[(&str, &str)] = &[
     ("leaderrun --lock nightly-report -- ./report.sh", "In cron on every host: one host runs each firing, the others exit 0 without a word."),
@@ -96,6 +126,11 @@ fn after_long_help() -> String {
     text.push_str("\nSafety contract:\n");
     for paragraph in SAFETY_CONTRACT {
         text.push_str(&hanging("  ", paragraph));
+    }
+    text.push_str("\nStores:\n");
+    for (url, what) in STORES {
+        text.push_str(&format!("  {url}\n"));
+        text.push_str(&hanging("      ", what));
     }
     text.push_str("\nExamples:\n");
     for (command, what) in EXAMPLES {
@@ -230,12 +265,12 @@ impl LockArg {
 /// Flags every mode shares: where the store is, and how much to say.
 #[derive(Debug, Args)]
 pub struct CommonArgs {
-    /// Store holding the leases, as a URL.
+    /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
+    /// mysql://user:pass@host:3306/db (or mariadb://); see STORES.
     ///
     /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),
-    /// created on first use. sqlite:///path/to/file.db names another file; the SQLite
-    /// store serves one host only (never put it on a network filesystem).
+    /// created on first use, which serves one host only. A password in the URL is never printed.
     #[arg(long, value_name = "URL", env = "LEADERRUN_STORE", hide_env_values = true)]
     pub store: Option<String>,
 

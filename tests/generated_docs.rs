@@ -34,7 +34,7 @@ fn generated() -> Vec<(PathBuf, Vec<u8>)> {
 
 /// clap_mangen's sections, then the ones `--help` shows after the options, as real roff.
 fn main_page(command: &clap::Command) -> Vec<u8> {
-    use leaderrun::cli::{CHILD_ENVIRONMENT, CHILD_ENVIRONMENT_NOTE, EXAMPLES, EXIT_STATUS, SAFETY_CONTRACT};
+    use leaderrun::cli::{CHILD_ENVIRONMENT, CHILD_ENVIRONMENT_NOTE, EXAMPLES, EXIT_STATUS, SAFETY_CONTRACT, STORES};
     use roff::{bold, roman, Roff};
     let man = clap_mangen::Man::new(command.clone());
     let mut page = Vec::new();
@@ -58,6 +58,10 @@ fn main_page(command: &clap::Command) -> Vec<u8> {
     roff.control("SH", ["SAFETY CONTRACT"]);
     for paragraph in SAFETY_CONTRACT {
         roff.control("PP", []).text([roman(*paragraph)]);
+    }
+    roff.control("SH", ["STORES"]);
+    for (url, what) in STORES {
+        roff.control("TP", []).text([bold(*url)]).text([roman(*what)]);
     }
     roff.control("SH", ["EXAMPLES"]);
     for (line, what) in EXAMPLES {
@@ -102,7 +106,18 @@ fn the_man_page_documents_every_flag_env_var_and_exit_status() {
             assert!(page.contains(env.to_str().unwrap()), "man page lacks {env:?}");
         }
     }
-    for needle in ["EXIT STATUS", "SAFETY CONTRACT", "LEADERRUN_FENCING_TOKEN", "75", "69", "126", "127"] {
+    for needle in [
+        "EXIT STATUS",
+        "SAFETY CONTRACT",
+        "STORES",
+        "postgres://",
+        "mysql://",
+        "LEADERRUN_FENCING_TOKEN",
+        "75",
+        "69",
+        "126",
+        "127",
+    ] {
         assert!(page.contains(needle), "man page lacks {needle}");
     }
     assert!(Path::new(&root().join("completions/_leaderrun")).exists());
