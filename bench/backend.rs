@@ -122,8 +122,8 @@ impl Backend {
         std::thread::sleep(down);
         match &self.server {
             Server::Sqlite(_) => {}
-            Server::Postgres(pg) => restart_until_up(|| pg.start_again()),
-            Server::Mariadb(db) => restart_until_up(|| {
+            Server::Postgres(pg) => restart_until_up(pg.port(), || pg.start_again()),
+            Server::Mariadb(db) => restart_until_up(db.port(), || {
                 db.stop(); // reaps the killed process
                 db.start_again()
             }),
@@ -153,14 +153,21 @@ impl Backend {
 }
 
 /// A server killed with SIGKILL may need a moment before it can start on the same
-/// directory and port (PostgreSQL waits for its old backends to go).
-fn restart_until_up(start: impl Fn()) {
-    for attempt in 0..20 {
-        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&start));
-        if started.is_ok() {
+/// directory and port (PostgreSQL refuses while its killed postmaster is not yet reaped),
+/// and a start that reported failure may have come up after all: judge by the port.
+fn restart_until_up(port: u16, start: impl Fn()) {
+    let up = || std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1)).is_ok();
+    for _ in 0..40 {
+        if up() {
             return;
         }
-        eprintln!("leaderrun-faultrun: server restart attempt {attempt} failed; retrying");
+        let quiet = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&start));
+        std::panic::set_hook(quiet);
+        if started.is_ok() || up() {
+            return;
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
     panic!("the server did not come back after a kill");
