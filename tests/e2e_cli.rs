@@ -615,3 +615,16 @@ fn unusable_state_directory_gives_store_unavailable() {
     assert!(!sb.exists("ran"));
     assert!(blocker.is_file());
 }
+
+#[test]
+fn init_prints_the_schema_without_writing_and_creates_the_store() {
+    let sb = Sandbox::new();
+    let out = sb.output(sb.sub("init", &["--print-sql"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(stdout_of(&out).starts_with("CREATE TABLE IF NOT EXISTS leaderrun_locks"), "{}", stdout_of(&out));
+    assert!(!sb.store_path().exists(), "--print-sql must not create the store");
+    let out = sb.output(sb.sub("init", &[]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(sb.store_path().exists());
+    assert_eq!(sb.list_json(), serde_json::json!([]), "a fresh store has no locks");
+}

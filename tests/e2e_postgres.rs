@@ -205,3 +205,25 @@ fn a_longer_outage_stops_the_child_and_loses_the_lease() {
     assert_eq!(sb.read("next"), "2\n");
     sb.wait_no_processes_left(SOON);
 }
+
+#[test]
+fn init_prints_or_creates_the_table_named_in_the_url() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    let url = format!("{}?table=team_locks", pg.url());
+    // --print-sql connects to nothing and writes nothing.
+    let out = sb.output(sub(&sb, "init", &url, &["--print-sql"]));
+    assert_eq!(code_of(out.status, "init --print-sql"), 0, "{}", stderr_of(&out));
+    assert!(stdout_of(&out).contains("CREATE TABLE IF NOT EXISTS \"team_locks\""), "{}", stdout_of(&out));
+    let exists = "SELECT count(*) FROM pg_tables WHERE tablename = 'team_locks'";
+    assert_eq!(pg.psql_in("leaderrun", exists), "0");
+    // init creates it; the password stays out of what it prints.
+    let out = sb.output(sub(&sb, "init", &url, &[]));
+    assert_eq!(code_of(out.status, "init"), 0, "{}", stderr_of(&out));
+    assert!(!stdout_of(&out).contains(pg.password()), "{}", stdout_of(&out));
+    assert_eq!(pg.psql_in("leaderrun", exists), "1");
+    // A table name that is not a plain identifier is bad usage, refused before connecting.
+    let out = sb.output(sub(&sb, "init", &format!("{}?table=x;drop", pg.url()), &["--print-sql"]));
+    assert_eq!(code_of(out.status, "init with a bad table"), 2, "{}", stderr_of(&out));
+    assert_eq!(stderr_of(&out).lines().count(), 1, "{}", stderr_of(&out));
+    assert!(!stderr_of(&out).contains(pg.password()));
+}
