@@ -17,9 +17,6 @@ use common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-/// A child that takes about 100 ms and records that it ran, with its fencing token.
-const CRON_JOB: &str = r#"sleep 0.1; echo "ran $LEADERRUN_FENCING_TOKEN" >> "$D/runs""#;
-
 /// Start `n` one-shot runs of `CRON_JOB` at once (spawn all, then wait for all).
 fn cron_wave(sb: &Sandbox, tag: &str, lock: &str, extra: &[&str], n: usize) -> Vec<Output> {
     let mut args = vec!["--lock", lock];
@@ -82,17 +79,6 @@ fn cron_fleet_runs_again_once_min_hold_has_passed() {
     assert_eq!(sb.lines("runs"), vec!["ran 1", "ran 2"], "exactly one child of the wave after min-hold must run");
 }
 
-/// A `--wait` child that takes a file lock for its whole life (so any overlap of two
-/// children's process trees is caught exactly, whatever the clocks say) and records
-/// start and stop with its token and CLOCK_BOOTTIME (/proc/uptime) in one file.
-const TURN_TAKER: &str = r#"
-exec 9>>"$D/flock"
-flock -n 9 || echo "OVERLAP $LEADERRUN_FENCING_TOKEN" >> "$D/events"
-echo "start $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
-sleep 0.2
-echo "stop $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
-"#;
-
 #[test]
 fn wait_handover_runs_every_waiter_once_in_turn() {
     let sb = Sandbox::new();
@@ -101,29 +87,7 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
             sb.spawn(&format!("waiter-{i}"), sb.cmd(&["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER]))
         })
         .collect();
-    for (i, w) in waiters.into_iter().enumerate() {
-        let out = w.finish(Duration::from_secs(60));
-        assert_eq!(out.status.code(), Some(0), "waiter {i}: stderr {:?}", stderr_of(&out));
-    }
-
-    let events = sb.lines("events");
-    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children ran at once: {events:#?}");
-    // Appends to one file are totally ordered: without overlap they alternate start, stop.
-    assert_eq!(events.len(), 10, "every waiter's child must run exactly once: {events:#?}");
-    let mut last_token = 0u64;
-    let mut last_stop = f64::MIN;
-    for pair in events.chunks(2) {
-        let start: Vec<&str> = pair[0].split(' ').collect();
-        let stop: Vec<&str> = pair[1].split(' ').collect();
-        assert_eq!((start[0], stop[0]), ("start", "stop"), "children's runs interleave: {events:#?}");
-        assert_eq!(start[1], stop[1], "a stop of another child inside a run: {events:#?}");
-        let token: u64 = start[1].parse().expect("a numeric fencing token");
-        assert!(token > last_token, "fencing tokens must strictly increase in start order: {events:#?}");
-        last_token = token;
-        let (t_start, t_stop): (f64, f64) = (start[2].parse().unwrap(), stop[2].parse().unwrap());
-        assert!(last_stop <= t_start && t_start <= t_stop, "runs overlap in time: {events:#?}");
-        last_stop = t_stop;
-    }
+    assert_turns_taken(&sb, waiters);
 }
 
 /// Start a holder whose child runs until killed; wait until the child is up.

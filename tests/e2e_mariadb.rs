@@ -39,9 +39,6 @@ fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, Value) {
     (code_of(out.status, "leaderrun status"), value)
 }
 
-/// A child that takes about 100 ms and records that it ran, with its fencing token.
-const CRON_JOB: &str = r#"sleep 0.1; echo "ran $LEADERRUN_FENCING_TOKEN" >> "$D/runs""#;
-
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (db, sb) = (Mariadb::start(), Sandbox::new());
@@ -69,16 +66,6 @@ fn cron_fleet_runs_each_firing_exactly_once() {
     assert_eq!(sb.lines("runs"), vec!["ran 1"], "a late firing inside --min-hold must run nothing");
 }
 
-/// A `--wait` child that takes a file lock for its whole life (so any overlap is caught
-/// whatever the clocks say) and records start and stop with its token and CLOCK_BOOTTIME.
-const TURN_TAKER: &str = r#"
-exec 9>>"$D/flock"
-flock -n 9 || echo "OVERLAP $LEADERRUN_FENCING_TOKEN" >> "$D/events"
-echo "start $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
-sleep 0.2
-echo "stop $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
-"#;
-
 #[test]
 fn wait_handover_runs_every_waiter_once_in_turn() {
     let (db, sb) = (Mariadb::start(), Sandbox::new());
@@ -86,27 +73,8 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
     let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
     let waiters: Vec<Wrapper> =
         (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), with_store(&sb, &url, &args))).collect();
-    for (i, w) in waiters.into_iter().enumerate() {
-        let out = w.finish(Duration::from_secs(60));
-        assert_eq!(out.status.code(), Some(0), "waiter {i}: stderr {:?}", stderr_of(&out));
-    }
-
-    let events = sb.lines("events");
-    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children ran at once: {events:#?}");
-    assert_eq!(events.len(), 8, "every waiter's child must run exactly once: {events:#?}");
-    let (mut last_token, mut last_stop) = (0u64, f64::MIN);
-    let tokens: Vec<&str> = events.iter().step_by(2).map(|l| l.split(' ').nth(1).unwrap_or("")).collect();
-    assert_eq!(tokens, ["1", "2", "3", "4"], "one token per acquisition, exactly as the store wrote it");
-    for pair in events.chunks(2) {
-        let start: Vec<&str> = pair[0].split(' ').collect();
-        let stop: Vec<&str> = pair[1].split(' ').collect();
-        assert_eq!((start[0], stop[0], start[1]), ("start", "stop", stop[1]), "runs interleave: {events:#?}");
-        let token: u64 = start[1].parse().expect("a numeric fencing token");
-        assert!(token > last_token, "fencing tokens must strictly increase in start order: {events:#?}");
-        let (t_start, t_stop): (f64, f64) = (start[2].parse().unwrap(), stop[2].parse().unwrap());
-        assert!(last_stop <= t_start && t_start <= t_stop, "runs overlap in time: {events:#?}");
-        (last_token, last_stop) = (token, t_stop);
-    }
+    let tokens = assert_turns_taken(&sb, waiters);
+    assert_eq!(tokens, [1, 2, 3, 4], "one token per acquisition, exactly as the store wrote it");
 }
 
 #[test]

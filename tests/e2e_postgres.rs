@@ -45,8 +45,6 @@ fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, serde_json::Value) 
     (code_of(out.status, "status --json"), value)
 }
 
-const CRON_JOB: &str = r#"sleep 0.1; echo "ran $LEADERRUN_FENCING_TOKEN" >> "$D/runs""#;
-
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
@@ -64,37 +62,13 @@ fn cron_fleet_runs_each_firing_exactly_once() {
     assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(1)), "held for --min-hold: {status}");
 }
 
-/// Takes a file lock for its whole life (any overlap of two children is caught) and
-/// records start and stop with its token.
-const TURN_TAKER: &str = r#"
-exec 9>>"$D/flock"
-flock -n 9 || echo "OVERLAP $LEADERRUN_FENCING_TOKEN" >> "$D/events"
-echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"
-sleep 0.2
-echo "stop $LEADERRUN_FENCING_TOKEN" >> "$D/events"
-"#;
-
 #[test]
 fn wait_handover_runs_every_waiter_once_in_turn() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
     let url = pg.url();
     let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
     let waiters: Vec<Wrapper> = (0..5).map(|i| sb.spawn(&format!("waiter-{i}"), run(&sb, &url, &args))).collect();
-    for (i, w) in waiters.into_iter().enumerate() {
-        let out = w.finish(Duration::from_secs(60));
-        assert_eq!(out.status.code(), Some(0), "waiter {i}: stderr {:?}", stderr_of(&out));
-    }
-    let events = sb.lines("events");
-    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children ran at once: {events:#?}");
-    assert_eq!(events.len(), 10, "every waiter's child runs exactly once: {events:#?}");
-    let mut last = 0u64;
-    for pair in events.chunks(2) {
-        let (start, stop) = (pair[0].split_once(' ').unwrap(), pair[1].split_once(' ').unwrap());
-        assert_eq!((start.0, stop.0, start.1), ("start", "stop", stop.1), "runs interleave: {events:#?}");
-        let token: u64 = start.1.parse().expect("a numeric fencing token");
-        assert!(token > last, "tokens strictly increase in start order: {events:#?}");
-        last = token;
-    }
+    assert_turns_taken(&sb, waiters);
 }
 
 /// Exits 69 with one line on stderr that shows the URL masked and never `secret`.

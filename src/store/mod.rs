@@ -142,6 +142,26 @@ pub trait Store: Send + Sync {
     async fn changed(&self, lock: &str, max_wait: Duration);
 }
 
+/// `changed` for stores without change notification: re-read the lock every `every`
+/// (±50% jitter, so that many waiters do not read in step) until it looks free or
+/// `max_wait` has passed. A read is cheap; only a lock that looks free is worth an
+/// acquire, which is a write.
+pub async fn poll_until_free<S: Store + ?Sized>(store: &S, lock: &str, max_wait: Duration, every: Duration) {
+    use rand::Rng;
+    let started = tokio::time::Instant::now();
+    loop {
+        let jittered = every.mul_f64(rand::rng().random_range(0.5..1.5));
+        tokio::time::sleep(jittered.min(max_wait.saturating_sub(started.elapsed()))).await;
+        if started.elapsed() >= max_wait {
+            return;
+        }
+        match store.status(lock).await {
+            Ok(record) if record.is_held() => continue,
+            _ => return,
+        }
+    }
+}
+
 /// Longest lock name accepted, in characters.
 pub const MAX_LOCK_NAME: usize = 255;
 

@@ -549,20 +549,7 @@ impl Store for MySqlStore {
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        let started = tokio::time::Instant::now();
-        loop {
-            let jittered = POLL.mul_f64(rand::rng().random_range(0.5..1.5));
-            let left = max_wait.saturating_sub(started.elapsed());
-            tokio::time::sleep(jittered.min(left)).await;
-            if started.elapsed() >= max_wait {
-                return;
-            }
-            // A cheap read: only a lock that looks free is worth an acquire (a write).
-            match self.status(lock).await {
-                Ok(record) if record.is_held() => continue,
-                _ => return,
-            }
-        }
+        super::poll_until_free(self, lock, max_wait, POLL).await
     }
 }
 

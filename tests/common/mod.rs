@@ -26,6 +26,20 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 /// The binary under test.
+/// A `--wait` child that takes a file lock for its whole life (so any overlap of two
+/// children's process trees is caught exactly, whatever the clocks say) and records
+/// start and stop with its token and CLOCK_BOOTTIME (/proc/uptime) in one file.
+pub const TURN_TAKER: &str = r#"
+exec 9>>"$D/flock"
+flock -n 9 || echo "OVERLAP $LEADERRUN_FENCING_TOKEN" >> "$D/events"
+echo "start $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
+sleep 0.2
+echo "stop $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
+"#;
+
+/// A cron job that takes about 100 ms and records that it ran, with its fencing token.
+pub const CRON_JOB: &str = r#"sleep 0.1; echo "ran $LEADERRUN_FENCING_TOKEN" >> "$D/runs""#;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_leaderrun");
 
 /// Numbers the output files of `Sandbox::output`.
@@ -407,4 +421,32 @@ pub fn stderr_of(out: &Output) -> String {
 /// The stdout of `out` as text.
 pub fn stdout_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Wait for `waiters` (each running `TURN_TAKER` under `--wait`) to exit 0, then check
+/// that every child ran exactly once, alone, in turn, with strictly increasing fencing
+/// tokens. Returns the tokens in start order.
+pub fn assert_turns_taken(sb: &Sandbox, waiters: Vec<Wrapper>) -> Vec<u64> {
+    let count = waiters.len();
+    for (i, w) in waiters.into_iter().enumerate() {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "waiter {i}: stderr {:?}", stderr_of(&out));
+    }
+    let events = sb.lines("events");
+    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children ran at once: {events:#?}");
+    // Appends to one file are totally ordered: without overlap they alternate start, stop.
+    assert_eq!(events.len(), 2 * count, "every waiter's child must run exactly once: {events:#?}");
+    let (mut tokens, mut last_stop) = (Vec::new(), f64::MIN);
+    for pair in events.chunks(2) {
+        let start: Vec<&str> = pair[0].split(' ').collect();
+        let stop: Vec<&str> = pair[1].split(' ').collect();
+        assert_eq!((start[0], stop[0], start[1]), ("start", "stop", stop[1]), "runs interleave: {events:#?}");
+        let token: u64 = start[1].parse().expect("a numeric fencing token");
+        assert!(tokens.last().is_none_or(|&last| token > last), "tokens must strictly increase: {events:#?}");
+        let (t_start, t_stop): (f64, f64) = (start[2].parse().unwrap(), stop[2].parse().unwrap());
+        assert!(last_stop <= t_start && t_start <= t_stop, "runs overlap in time: {events:#?}");
+        tokens.push(token);
+        last_stop = t_stop;
+    }
+    tokens
 }
