@@ -120,9 +120,10 @@ async fn run(args: RunArgs) -> u8 {
         Ok(signals) => signals,
         Err(err) => return fail(exit::INTERNAL, format!("cannot install signal handlers: {err}")),
     };
-    let store: Arc<dyn Store> = match url::open(&plan.spec, Access::Create).await {
-        Ok(store) => Arc::from(store),
-        Err(err) => return fail(exit::STORE_UNAVAILABLE, err),
+    let mut signals = signals;
+    let store: Arc<dyn Store> = match open_store(&plan, &mut signals).await {
+        Ok(store) => store,
+        Err(code) => return code,
     };
     let timing = plan.election.timing;
     let mut child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after);
@@ -150,6 +151,41 @@ async fn run(args: RunArgs) -> u8 {
         Outcome::StoreFailed(err) => fail(exit::STORE_UNAVAILABLE, err),
         Outcome::StartFailed(err) => fail(err.status(), err),
     }
+}
+
+/// Open the store. One-shot runs give up at the first failure; `--wait` runs ride out a
+/// store that is not reachable yet (a worker started before its database), until
+/// `--timeout` or a signal.
+async fn open_store(plan: &Plan, signals: &mut mpsc::UnboundedReceiver<Signal>) -> Result<Arc<dyn Store>, u8> {
+    let give_up = match plan.election.mode {
+        Mode::Wait { timeout } => timeout.map(|t| tokio::time::Instant::now() + t),
+        Mode::OneShot => {
+            return url::open(&plan.spec, Access::Create)
+                .await
+                .map(Arc::from)
+                .map_err(|e| fail(exit::STORE_UNAVAILABLE, e))
+        }
+    };
+    for attempt in 0u64.. {
+        let err = match url::open(&plan.spec, Access::Create).await {
+            Ok(store) => return Ok(Arc::from(store)),
+            Err(err) if err.is_transient() => err,
+            Err(err) => return Err(fail(exit::STORE_UNAVAILABLE, err)),
+        };
+        if give_up.is_some_and(|t| tokio::time::Instant::now() >= t) {
+            return Err(fail(exit::STORE_UNAVAILABLE, err));
+        }
+        if attempt == 0 {
+            tracing::warn!("cannot reach the store yet, retrying every second: {err}");
+        } else {
+            tracing::debug!("still cannot reach the store: {err}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            Some(signal) = signals.recv() => return Err(exit::for_signal(signal as i32)),
+        }
+    }
+    unreachable!("the attempts never run out")
 }
 
 /// Turn the signals leaderrun relays into a channel for the elector.

@@ -201,3 +201,22 @@ fn init_prints_or_creates_the_table_named_in_the_url() {
     assert_eq!(stderr_of(&out).lines().count(), 1, "{}", stderr_of(&out));
     assert!(!stderr_of(&out).contains(pg.password()));
 }
+
+#[test]
+fn a_waiting_worker_started_before_its_database_waits_for_it() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    pg.stop();
+    let script = r#"echo "ran $LEADERRUN_FENCING_TOKEN" >> "$D/runs""#;
+    let mut worker =
+        sb.spawn("worker", run(&sb, &pg.url(), &["--lock", "late-db", "--wait", "--", "sh", "-c", script]));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(worker.try_status().is_none(), "a --wait worker must not give up on a store that is not up yet");
+    pg.start_again();
+    assert_eq!(worker.wait_code(WITHIN_A_LEASE), 0, "stderr: {}", worker.stderr());
+    assert_eq!(sb.lines("runs"), vec!["ran 1"]);
+    assert!(!worker.stderr().contains(pg.password()), "{}", worker.stderr());
+    // A one-shot run does not wait: the store being down is status 69.
+    pg.stop();
+    let out = sb.output(run(&sb, &pg.url(), &["--lock", "late-db", "--", "true"]));
+    assert_eq!(code_of(out.status, "one-shot with the store down"), 69, "{}", stderr_of(&out));
+}
