@@ -10,13 +10,15 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
-use crate::servers::{mariadb::Mariadb, postgres::Postgres};
+use crate::servers::{etcd::Etcd, mariadb::Mariadb, postgres::Postgres, redis::Redis};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Sqlite,
     Postgres,
     Mariadb,
+    Redis,
+    Etcd,
 }
 
 impl Kind {
@@ -25,7 +27,9 @@ impl Kind {
             "sqlite" => Ok(Kind::Sqlite),
             "postgres" | "postgresql" => Ok(Kind::Postgres),
             "mariadb" | "mysql" => Ok(Kind::Mariadb),
-            other => Err(format!("--store {other:?}: the fault run knows sqlite, postgres, mariadb")),
+            "redis" => Ok(Kind::Redis),
+            "etcd" => Ok(Kind::Etcd),
+            other => Err(format!("--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd")),
         }
     }
 }
@@ -34,6 +38,8 @@ enum Server {
     Sqlite(String),
     Postgres(Postgres),
     Mariadb(Mariadb),
+    Redis(Redis),
+    Etcd(Etcd),
 }
 
 pub struct Backend {
@@ -48,6 +54,8 @@ impl Backend {
             Kind::Sqlite => Server::Sqlite(format!("sqlite://{}", dir.join("locks.db").display())),
             Kind::Postgres => Server::Postgres(Postgres::start()),
             Kind::Mariadb => Server::Mariadb(Mariadb::start()),
+            Kind::Redis => Server::Redis(Redis::start()),
+            Kind::Etcd => Server::Etcd(Etcd::start()),
         };
         let mut backend = Self { server, proxies: Vec::new() };
         if let Some(port) = backend.port() {
@@ -62,6 +70,8 @@ impl Backend {
             Server::Sqlite(_) => None,
             Server::Postgres(pg) => Some(pg.port()),
             Server::Mariadb(db) => Some(db.port()),
+            Server::Redis(r) => Some(r.port()),
+            Server::Etcd(e) => Some(e.port()),
         }
     }
 
@@ -71,6 +81,8 @@ impl Backend {
             Server::Sqlite(url) => url.clone(),
             Server::Postgres(pg) => pg.url(),
             Server::Mariadb(db) => db.url(),
+            Server::Redis(r) => r.url(),
+            Server::Etcd(e) => e.url(),
         }
     }
 
@@ -98,14 +110,16 @@ impl Backend {
             let args: Vec<String> =
                 cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
             let listens = args.windows(2).any(|w| w[0] == "-p" && w[1] == port.to_string())
-                || args.iter().any(|a| *a == format!("--port={port}"));
+                || args.iter().any(|a| *a == format!("--port={port}") || a.ends_with(&format!("127.0.0.1:{port}")));
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             let ppid = stat
                 .rfind(')')
                 .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
                 .and_then(|f| f.parse::<i32>().ok())
                 .unwrap_or(0);
-            if listens && (args[0].ends_with("postgres") || args[0].ends_with("mariadbd")) {
+            let program = args[0].split_whitespace().next().unwrap_or("");
+            let servers = ["postgres", "mariadbd", "redis-server", "etcd"];
+            if listens && servers.iter().any(|s| program.ends_with(s)) {
                 main.push(pid);
             }
             all.push((pid, ppid));
@@ -126,6 +140,14 @@ impl Backend {
             Server::Mariadb(db) => restart_until_up(db.port(), || {
                 db.stop(); // reaps the killed process
                 db.start_again()
+            }),
+            Server::Redis(r) => restart_until_up(r.port(), || {
+                r.stop();
+                r.start_again()
+            }),
+            Server::Etcd(e) => restart_until_up(e.port(), || {
+                e.stop();
+                e.start_again()
             }),
         }
     }

@@ -96,6 +96,19 @@ pub const STORES: &[(&str, &str)] = &[
          waiters poll every ~100 ms. The same caveats about the server's clock and asynchronous replicas apply.",
     ),
     (
+        "redis://[user]:pass@host:6379/0?prefix=leaderrun:",
+        "Lua scripts on one server (no Cluster); the lease is the key's PX expiry on the server's clock, the \
+         fencing token an INCR counter, a release is published to waiters. Redis loses keys on a restart \
+         unless it runs with appendonly yes and appendfsync always, and replication is asynchronous: for \
+         leases that matter, run it with that persistence and no failover. TLS (rediss://) is not in this build.",
+    ),
+    (
+        "etcd://[user:pass@]host:2379[,host2:2379...][/prefix]",
+        "A lease plus a transaction on the key's create revision (the fencing token: etcd's global revision, \
+         so tokens grow but not by one); renewals are keep-alives; waiters watch for the release. Linearizable \
+         through the Raft leader; leases last at least 2 s (etcd's minimum). TLS (etcds://) is not supported yet.",
+    ),
+    (
         "grants",
         "PostgreSQL and MySQL need SELECT, INSERT and UPDATE on the table; CREATE only if leaderrun is to create \
          the table on first use (else run the SQL of leaderrun init --print-sql beforehand). Never delete rows by \
@@ -266,7 +279,7 @@ impl LockArg {
 #[derive(Debug, Args)]
 pub struct CommonArgs {
     /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
-    /// mysql://user:pass@host:3306/db (or mariadb://); see STORES.
+    /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379; see STORES.
     ///
     /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),

@@ -9,12 +9,16 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(test)]
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod url;

@@ -13,10 +13,14 @@ pub enum StoreSpec {
     Postgres { url: String },
     /// A MySQL or MariaDB server: the URL as given (`mysql://` or `mariadb://`).
     MySql { url: String },
+    /// A Redis server: the URL as given (`redis://` or `rediss://`).
+    Redis { url: String },
+    /// An etcd cluster: the URL as given (`etcd://host:2379[,host2:2379...]`).
+    Etcd { url: String },
 }
 
 /// The schemes this build knows, for error messages.
-pub const SCHEMES: &[&str] = &["sqlite", "postgres", "postgresql", "mysql", "mariadb"];
+pub const SCHEMES: &[&str] = &["sqlite", "postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd"];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
 pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
@@ -47,6 +51,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
             schema_sql(&spec).map_err(|e| format!("--store {shown:?}: {e}"))?;
             Ok(spec)
         }
+        "redis" | "rediss" => Ok(StoreSpec::Redis { url: url.to_string() }),
+        "etcd" => Ok(StoreSpec::Etcd { url: url.to_string() }),
         other => Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
     }
 }
@@ -92,6 +98,10 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::Postgres { url } => Ok(Box::new(super::postgres::PostgresStore::open(url, access).await?)),
         #[cfg(feature = "mysql")]
         StoreSpec::MySql { url } => Ok(Box::new(super::mysql::MySqlStore::open(url, access).await?)),
+        #[cfg(feature = "redis")]
+        StoreSpec::Redis { url } => Ok(Box::new(super::redis::RedisStore::open(url, access).await?)),
+        #[cfg(feature = "etcd")]
+        StoreSpec::Etcd { url } => Ok(Box::new(super::etcd::EtcdStore::open(url, access).await?)),
         #[allow(unreachable_patterns)]
         _ => Err(StoreError::refused("this store is not compiled into this build of leaderrun")),
     }
@@ -106,6 +116,9 @@ pub fn schema_sql(spec: &StoreSpec) -> Result<String, String> {
         StoreSpec::Postgres { url } => super::postgres::schema_sql_for_url(url),
         #[cfg(feature = "mysql")]
         StoreSpec::MySql { url } => super::mysql::schema_sql_for_url(url),
+        StoreSpec::Redis { .. } | StoreSpec::Etcd { .. } => {
+            Err("this store keeps no tables: there is no SQL to print".into())
+        }
         #[allow(unreachable_patterns)]
         _ => Err("this store is not compiled into this build of leaderrun".into()),
     }
@@ -115,7 +128,9 @@ pub fn schema_sql(spec: &StoreSpec) -> Result<String, String> {
 pub fn describe(spec: &StoreSpec) -> String {
     match spec {
         StoreSpec::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
-        StoreSpec::Postgres { url } | StoreSpec::MySql { url } => redact(url),
+        StoreSpec::Postgres { url } | StoreSpec::MySql { url } | StoreSpec::Redis { url } | StoreSpec::Etcd { url } => {
+            redact(url)
+        }
     }
 }
 

@@ -3,8 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod mariadb;
 pub mod postgres;
+pub mod redis;
 
 /// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
 pub fn free_port() -> u16 {

@@ -1,0 +1,97 @@
+//! The conformance suite against a real etcd server (one per test, started in a temporary
+//! directory), and what only this store has: error kinds and messages without the
+//! password, and the key prefix in the URL.
+
+mod conformance;
+mod servers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance::{held, unique, won, Harness, TTL};
+use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{ErrorKind, Renew, Store, StoreError};
+use servers::etcd::Etcd;
+
+struct EtcdHarness {
+    server: Etcd,
+}
+
+async fn etcd() -> EtcdHarness {
+    EtcdHarness { server: tokio::task::spawn_blocking(Etcd::start).await.unwrap() }
+}
+
+async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
+    open(&StoreSpec::Etcd { url: url.to_string() }, access).await.map(Arc::from)
+}
+
+#[async_trait]
+impl Harness for EtcdHarness {
+    async fn open(&self) -> Arc<dyn Store> {
+        open_url(&self.server.url(), Access::Create).await.expect("open the etcd store")
+    }
+
+    async fn restart(&self) {
+        self.server.stop();
+        self.server.start_again();
+    }
+}
+
+conformance_suite!(etcd());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_prefix_separates_users_of_one_cluster() {
+    let h = etcd().await;
+    let (default, other) =
+        (h.open().await, open_url(&format!("{}/team-b", h.server.url()), Access::Create).await.unwrap());
+    let lock = unique("shared-name");
+    let a = won(&*default, &lock, "a", TTL).await;
+    let b = won(&*other, &lock, "b", TTL).await;
+    assert!(b.token > a.token, "revisions are global to the cluster");
+    held(&*other, &lock, "c").await;
+    let keys = h.server.etcdctl(&["get", "--prefix", "--keys-only", "/"]);
+    assert!(
+        keys.contains(&format!("/leaderrun/lock/{lock}")) && keys.contains(&format!("/team-b/lock/{lock}")),
+        "{keys}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn errors_say_what_went_wrong_without_the_password() {
+    let h = etcd().await;
+    let check = |err: StoreError, kind: ErrorKind, needle: &str| {
+        assert_eq!(err.kind, kind, "{}", err.message);
+        assert!(err.message.contains(needle), "{needle:?} missing from {:?}", err.message);
+        assert!(!err.message.contains("hunter2"), "{}", err.message);
+        assert!(!err.message.contains('\n'), "one line: {:?}", err.message);
+    };
+    // Authentication: a root user and a limited user with a password.
+    h.server.etcdctl(&["user", "add", "root:rootpw"]);
+    h.server.etcdctl(&["user", "add", "app:hunter2"]);
+    h.server.etcdctl(&["role", "add", "app"]);
+    h.server.etcdctl(&["role", "grant-permission", "app", "--prefix=true", "readwrite", "/leaderrun/"]);
+    h.server.etcdctl(&["user", "grant-role", "app", "app"]);
+    h.server.etcdctl(&["auth", "enable"]);
+    let port = h.server.port();
+
+    let right = format!("etcd://app:hunter2@127.0.0.1:{port}");
+    let store = open_url(&right, Access::Create).await.expect("the right password");
+    let lock = unique("auth");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    store.release(&lease, Duration::ZERO).await.unwrap();
+
+    let wrong = format!("etcd://app:hunter2x@127.0.0.1:{port}");
+    check(open_url(&wrong, Access::Create).await.err().unwrap(), ErrorKind::Refused, "app:***@");
+    let outside = format!("etcd://app:hunter2@127.0.0.1:{port}/elsewhere");
+    check(open_url(&outside, Access::Create).await.err().unwrap(), ErrorKind::Refused, "permission denied");
+    let closed = format!("etcd://app:hunter2@127.0.0.1:{}", servers::free_port());
+    check(open_url(&closed, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "***");
+    check(open_url("etcd://h:1?tls=1", Access::Create).await.err().unwrap(), ErrorKind::Refused, "not supported yet");
+
+    // A server that goes away under an open client: transient.
+    h.server.stop();
+    let err = store.status("x").await.expect_err("the server is down");
+    check(err, ErrorKind::Unavailable, &format!(":{port}"));
+}

@@ -1,0 +1,101 @@
+//! End-to-end tests of the `leaderrun` binary against a real Redis server (one per test):
+//! a cron fleet, `--wait` handover, a password that never shows, and a holder riding out
+//! a short outage.
+
+mod common;
+mod servers;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::Signal;
+use servers::redis::Redis;
+
+/// `leaderrun --store URL ARGS...`
+fn run(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
+    let mut cmd = sb.bare();
+    cmd.arg("--store").arg(url).args(args);
+    cmd
+}
+
+/// Parsed `status --json`, and its exit code.
+fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, serde_json::Value) {
+    let mut cmd = sb.bare();
+    cmd.args(["status", "--store", url, "--json", "--lock", lock]);
+    let out = sb.output(cmd);
+    let text = stdout_of(&out);
+    let value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", stderr_of(&out)));
+    (code_of(out.status, "status --json"), value)
+}
+
+#[test]
+fn cron_fleet_runs_each_firing_exactly_once() {
+    let (redis, sb) = (Redis::start(), Sandbox::new());
+    let url = redis.url();
+    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), run(&sb, &url, &args))).collect();
+    for (i, w) in running.into_iter().enumerate() {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", stderr_of(&out));
+        assert_eq!((stdout_of(&out), stderr_of(&out)), (String::new(), String::new()), "run {i} must be silent");
+    }
+    assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
+    let (code, status) = status_json(&sb, &url, "nightly");
+    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(1)), "held for --min-hold: {status}");
+}
+
+#[test]
+fn wait_handover_runs_every_waiter_once_in_turn() {
+    let (redis, sb) = (Redis::start(), Sandbox::new());
+    let url = redis.url();
+    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
+    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), run(&sb, &url, &args))).collect();
+    assert_turns_taken(&sb, waiters);
+}
+
+#[test]
+fn a_wrong_password_exits_69_without_showing_it() {
+    let (redis, sb) = (Redis::start(), Sandbox::new());
+    let wrong = redis.url().replace(redis.password(), "Wrong-Password-42");
+    let out = sb.output(run(&sb, &wrong, &["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("***") && err.contains("authentication failed"), "{err:?}");
+    assert!(!err.contains("Wrong-Password-42") && !stdout_of(&out).contains("Wrong-Password-42"), "{err:?}");
+    assert!(!sb.exists("ran"), "nothing runs without the store");
+}
+
+#[test]
+fn a_holder_rides_out_a_short_outage() {
+    let (redis, sb) = (Redis::start(), Sandbox::new());
+    let url = redis.url();
+    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
+    let args = ["--lock", "worker", "--wait", "--ttl", "6s", "--renew-every", "1s", "--kill-after", "1s"];
+    let mut holder = sb.spawn("holder", run(&sb, &url, &[&args[..], &["--", "sh", "-c", script]].concat()));
+    let child = sb.wait_pid("child.pid");
+
+    redis.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    redis.start_again();
+
+    // Renewed since the restart, same token: a lease of 6 s has at most 4.5 s left after
+    // an outage of 1.5 s, so more than 5 s left means a renewal reached the new server.
+    wait_for(
+        || {
+            let (code, s) = status_json(&sb, &url, "worker");
+            code == 0 && s["fencing_token"] == 1 && s["expires_in_seconds"].as_f64().is_some_and(|left| left > 5.0)
+        },
+        WITHIN_A_LEASE,
+        "a renewal after the restart",
+    );
+    assert!(holder.try_status().is_none(), "the holder must still run; stderr {:?}", holder.stderr());
+    assert!(pid_alive(child), "the child must have kept running through the outage");
+    assert!(!holder.stderr().contains(redis.password()), "{:?}", holder.stderr());
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
+    sb.wait_no_processes_left(SOON);
+}

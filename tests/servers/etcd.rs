@@ -1,0 +1,139 @@
+//! A throw-away single-member etcd 3.4 cluster (Debian's `etcd-server`): data in a
+//! temporary directory, client and peer ports free ports on 127.0.0.1, stopped when dropped.
+//!
+//! `--unsafe-no-fsync`: a killed or stopped server keeps every acknowledged write (the OS
+//! still has them); only an OS crash could lose them, which no test causes.
+
+use std::fs::File;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub struct Etcd {
+    dir: tempfile::TempDir,
+    client_port: AtomicU16,
+    peer_port: AtomicU16,
+    process: Mutex<Option<Child>>,
+}
+
+impl Etcd {
+    /// Start a new server; panics with the reason if it cannot.
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new().prefix("leaderrun-etcd-").tempdir().expect("create a temp dir");
+        let etcd =
+            Self { dir, client_port: AtomicU16::new(0), peer_port: AtomicU16::new(0), process: Mutex::new(None) };
+        // A port is free when chosen, but another process may take it first: try a few.
+        for attempt in 0.. {
+            etcd.client_port.store(super::free_port(), Ordering::SeqCst);
+            etcd.peer_port.store(super::free_port(), Ordering::SeqCst);
+            match etcd.try_start() {
+                Ok(()) => break,
+                Err(why) if attempt >= 4 => panic!("etcd does not start: {why}"),
+                Err(_) => continue,
+            }
+        }
+        etcd
+    }
+
+    /// `etcd://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.port())
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.client_port.load(Ordering::SeqCst)
+    }
+
+    /// Stop the server cleanly (SIGTERM) and wait for it; data is kept.
+    pub fn stop(&self) {
+        if let Some(mut child) = self.process.lock().unwrap().take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+
+    /// Start the stopped server again, on the same ports, with the same data.
+    pub fn start_again(&self) {
+        if let Err(why) = self.try_start() {
+            panic!("etcd does not start again: {why}");
+        }
+    }
+
+    /// Run `etcdctl` against this server; returns its stdout. Panics if it fails.
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        let out = self.etcdctl_cmd(args).output().expect("run etcdctl (is etcd-client installed?)");
+        assert!(out.status.success(), "etcdctl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn etcdctl_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=http://127.0.0.1:{}", self.port()))
+            .args(args);
+        cmd
+    }
+
+    fn try_start(&self) -> Result<(), String> {
+        let (client, peer) = (format!("http://127.0.0.1:{}", self.port()), {
+            format!("http://127.0.0.1:{}", self.peer_port.load(Ordering::SeqCst))
+        });
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("log"))
+            .map_err(|e| format!("cannot create the log: {e}"))?;
+        let data = self.dir.path().join("data");
+        let child = Command::new("etcd")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .args(["--name", "t", "--data-dir", data.to_str().unwrap()])
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .arg(format!("--initial-cluster=t={peer}"))
+            .arg("--unsafe-no-fsync")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot run etcd (is etcd-server installed?): {e}"))?;
+        *self.process.lock().unwrap() = Some(child);
+        let started = Instant::now();
+        loop {
+            let exited = self.process.lock().unwrap().as_mut().map(|c| c.try_wait().ok().flatten().is_some());
+            if exited != Some(false) {
+                self.process.lock().unwrap().take();
+                return Err(format!("etcd exited; log: {}", self.log_tail()));
+            }
+            let health =
+                self.etcdctl_cmd(&["--dial-timeout=1s", "--command-timeout=1s", "endpoint", "health"]).output();
+            if health.is_ok_and(|out| out.status.success()) {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                self.stop();
+                return Err(format!("etcd not healthy within 30 s; log: {}", self.log_tail()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        format!("{tail:#?}")
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.process.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! A throw-away Redis server: `redis-server` in a temporary directory, listening on
+//! 127.0.0.1 on a free port, stopped (and the directory deleted) when dropped.
+//!
+//! It runs with `--appendonly yes --appendfsync always`, as the store's documentation asks
+//! for leases that matter, so leases survive the restart the conformance suite does, and
+//! with a random `--requirepass`, so the tests see password handling as users do.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub struct Redis {
+    dir: tempfile::TempDir,
+    port: AtomicU16,
+    password: String,
+    server: Mutex<Option<Child>>,
+}
+
+impl Redis {
+    /// Start a server; panics with the reason if it cannot.
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new().prefix("leaderrun-redis-").tempdir().expect("create a temp dir");
+        let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let redis = Self { dir, port: AtomicU16::new(0), password, server: Mutex::new(None) };
+        // The port is free when chosen, but another process may take it before the
+        // server binds it: try a few.
+        for attempt in 0.. {
+            redis.port.store(super::free_port(), Ordering::SeqCst);
+            match redis.try_start() {
+                Ok(()) => break,
+                Err(why) if attempt >= 4 => panic!("Redis does not start: {why}"),
+                Err(_) => continue,
+            }
+        }
+        redis
+    }
+
+    /// `redis://:PASSWORD@127.0.0.1:PORT/0`
+    pub fn url(&self) -> String {
+        format!("redis://:{}@127.0.0.1:{}/0", self.password, self.port())
+    }
+
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port.load(Ordering::SeqCst)
+    }
+
+    /// Stop the server (SIGTERM: it finishes writing the append-only file and exits).
+    pub fn stop(&self) {
+        if let Some(mut child) = self.server.lock().unwrap().take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+
+    /// Start the stopped server again, on the same port, with the same data.
+    pub fn start_again(&self) {
+        if let Err(why) = self.try_start() {
+            panic!("Redis does not start again: {why}");
+        }
+    }
+
+    /// Send one command (after AUTH) and return the raw reply, e.g. `+PONG\r\n`.
+    pub fn command(&self, args: &[&str]) -> std::io::Result<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port()))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let encode = |args: &[&str]| {
+            let mut out = format!("*{}\r\n", args.len());
+            for arg in args {
+                out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+            }
+            out
+        };
+        stream.write_all(format!("{}{}", encode(&["AUTH", &self.password]), encode(args)).as_bytes())?;
+        let mut reply = String::new();
+        let mut buf = [0u8; 4096];
+        // The AUTH reply (+OK) and then the command's, which for the commands used here
+        // fits one read.
+        while reply.matches("\r\n").count() < 2 {
+            let n = stream.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            reply.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        Ok(reply.strip_prefix("+OK\r\n").unwrap_or(&reply).to_string())
+    }
+
+    fn try_start(&self) -> Result<(), String> {
+        let log = std::fs::File::create(self.dir.path().join("log")).map_err(|e| e.to_string())?;
+        let port = self.port().to_string();
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
+            .args(["--appendonly", "yes", "--appendfsync", "always", "--requirepass", &self.password])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot run redis-server (is it installed?): {e}"))?;
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+                return Err(format!("redis-server exited with {status}: {log}"));
+            }
+            if self.command(&["PING"]).is_ok_and(|reply| reply.starts_with("+PONG")) {
+                *self.server.lock().unwrap() = Some(child);
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("no PONG within 30 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.server.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
