@@ -42,6 +42,10 @@ use proxy::Mode;
 
 const LOCK: &str = "faultrun";
 
+/// The probe beats every 50 ms: two beats of slack when judging whether a child
+/// outlived a moment.
+const BEAT_SLACK_NS: u64 = 100_000_000;
+
 fn now_ns() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
@@ -502,7 +506,9 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
     let mut held_through: BTreeMap<Fault, usize> = BTreeMap::new();
     for (i, a) in applied.iter().enumerate() {
         let Some(old) = lives.get(&a.holder) else { continue };
-        let next_fault = applied.get(i + 1).map_or(u64::MAX, |n| n.at);
+        // A child that was still beating when the next fault came held through this one
+        // (its last BEAT may precede that fault by up to one beat period).
+        let next_fault = applied.get(i + 1).map_or(u64::MAX, |n| n.at.saturating_sub(BEAT_SLACK_NS));
         if old.last >= next_fault {
             *held_through.entry(a.fault).or_default() += 1;
             continue;
