@@ -643,7 +643,10 @@ fn main() {
     } else {
         eprintln!("leaderrun-faultrun: logs kept in {}", dir.display());
     }
-    std::process::exit(if report.failed || liveness_failure { 1 } else { 0 });
+    // Stop the store's server and proxies (Drop) before exit, which runs no destructors.
+    let failed = report.failed || liveness_failure;
+    drop(run);
+    std::process::exit(if failed { 1 } else { 0 });
 }
 
 /// Append a line of the run's own to the shared log (one write, O_APPEND).
