@@ -89,7 +89,15 @@ impl Backend {
     /// The URL contender `i` uses: through its own proxy.
     pub fn contender_url(&self, i: usize) -> String {
         match (self.port(), self.proxies.get(i)) {
-            (Some(port), Some(proxy)) => self.url().replacen(&format!(":{port}/"), &format!(":{}/", proxy.port()), 1),
+            // The port is followed by the path, or ends the URL (etcd://host:PORT).
+            (Some(port), Some(proxy)) => {
+                let (url, from) = (self.url(), format!(":{port}"));
+                let at = url.find(&format!("{from}/")).or_else(|| url.ends_with(&from).then(|| url.len() - from.len()));
+                match at {
+                    Some(at) => format!("{}:{}{}", &url[..at], proxy.port(), &url[at + from.len()..]),
+                    None => url,
+                }
+            }
             _ => self.url(),
         }
     }
