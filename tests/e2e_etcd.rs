@@ -19,28 +19,13 @@ fn run(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
     cmd
 }
 
-/// Parsed `status --json --lock LOCK`, and its exit code.
-fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, serde_json::Value) {
-    let mut cmd = sb.bare();
-    cmd.args(["status", "--store", url, "--json", "--lock", lock]);
-    let out = sb.output(cmd);
-    let text = stdout_of(&out);
-    let value = serde_json::from_str(text.trim())
-        .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", stderr_of(&out)));
-    (code_of(out.status, "status --json"), value)
-}
-
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (etcd, sb) = (Etcd::start(), Sandbox::new());
     let url = etcd.url();
     let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
     let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), run(&sb, &url, &args))).collect();
-    for (i, w) in running.into_iter().enumerate() {
-        let out = w.finish(Duration::from_secs(60));
-        assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", stderr_of(&out));
-        assert_eq!((stdout_of(&out), stderr_of(&out)), (String::new(), String::new()), "run {i} must be silent");
-    }
+    assert_quiet_runs(running);
     let runs = sb.lines("runs");
     assert_eq!(runs.len(), 1, "exactly one child must run: {runs:?}");
     let token: u64 = runs[0].strip_prefix("ran ").and_then(|t| t.parse().ok()).expect("ran TOKEN");

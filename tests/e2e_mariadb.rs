@@ -8,7 +8,7 @@
 mod common;
 mod servers;
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -30,15 +30,6 @@ fn with_store(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
     cmd
 }
 
-/// Exit code and parsed `leaderrun status --json --lock LOCK`.
-fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, Value) {
-    let out = sb.output(with_store(sb, url, &["status", "--json", "--lock", lock]));
-    let text = stdout_of(&out);
-    let value = serde_json::from_str(text.trim())
-        .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", stderr_of(&out)));
-    (code_of(out.status, "leaderrun status"), value)
-}
-
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (db, sb) = (Mariadb::start(), Sandbox::new());
@@ -46,11 +37,7 @@ fn cron_fleet_runs_each_firing_exactly_once() {
     // Ten hosts' cron fire at once; the table does not exist yet, so they also race to create it.
     let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
     let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), with_store(&sb, &url, &args))).collect();
-    let outs: Vec<Output> = running.into_iter().map(|w| w.finish(Duration::from_secs(60))).collect();
-    for (i, out) in outs.iter().enumerate() {
-        assert_eq!(out.status.code(), Some(0), "run {i}: status; stderr {:?}", stderr_of(out));
-        assert_eq!((stdout_of(out), stderr_of(out)), (String::new(), String::new()), "run {i} must print nothing");
-    }
+    assert_quiet_runs(running);
     assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
 
     // The lease stays taken for --min-hold; the mariadb:// scheme names the same store.

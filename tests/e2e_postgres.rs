@@ -36,15 +36,6 @@ fn without_pg_env(cmd: &mut Command) {
     }
 }
 
-/// Parsed `status --json`, and its exit code.
-fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, serde_json::Value) {
-    let out = sb.output(sub(sb, "status", url, &["--json", "--lock", lock]));
-    let text = stdout_of(&out);
-    let value = serde_json::from_str(text.trim())
-        .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", stderr_of(&out)));
-    (code_of(out.status, "status --json"), value)
-}
-
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
@@ -52,11 +43,7 @@ fn cron_fleet_runs_each_firing_exactly_once() {
     // Ten hosts fire at once on a database that has no table yet: all race to create it.
     let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
     let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), run(&sb, &url, &args))).collect();
-    for (i, w) in running.into_iter().enumerate() {
-        let out = w.finish(Duration::from_secs(60));
-        assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", stderr_of(&out));
-        assert_eq!((stdout_of(&out), stderr_of(&out)), (String::new(), String::new()), "run {i} must be silent");
-    }
+    assert_quiet_runs(running);
     assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
     let (code, status) = status_json(&sb, &url, "nightly");
     assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(1)), "held for --min-hold: {status}");

@@ -142,7 +142,9 @@ impl Sandbox {
     pub fn bare(&self) -> Command {
         let mut cmd = Command::new(BIN);
         for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("LEADERRUN_") {
+            // Nor the caller's libpq settings: a store URL in a test says everything.
+            let name_text = name.to_string_lossy();
+            if name_text.starts_with("LEADERRUN_") || name_text.starts_with("PG") {
                 cmd.env_remove(&name);
             }
         }
@@ -449,4 +451,25 @@ pub fn assert_turns_taken(sb: &Sandbox, waiters: Vec<Wrapper>) -> Vec<u64> {
         last_stop = t_stop;
     }
     tokens
+}
+
+/// Parsed `leaderrun status --store URL --json --lock LOCK`, and its exit code.
+pub fn status_json(sb: &Sandbox, url: &str, lock: &str) -> (i32, Value) {
+    let mut cmd = sb.bare();
+    cmd.args(["status", "--store", url, "--json", "--lock", lock]);
+    let out = sb.output(cmd);
+    let text = stdout_of(&out);
+    let value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {text:?}, stderr {:?}", stderr_of(&out)));
+    (code_of(out.status, "status --json"), value)
+}
+
+/// Wait for one-shot runs started together: each must exit 0 and print nothing at all
+/// (cron would mail any output).
+pub fn assert_quiet_runs(runs: Vec<Wrapper>) {
+    for (i, w) in runs.into_iter().enumerate() {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", stderr_of(&out));
+        assert_eq!((stdout_of(&out), stderr_of(&out)), (String::new(), String::new()), "run {i} must be silent");
+    }
 }
