@@ -376,6 +376,13 @@ impl EtcdStore {
 #[async_trait]
 impl Store for EtcdStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        // A read first: a standby re-checking a held lock need not grant (and revoke) a lease.
+        if let Some(kv) = self.get_lock(lock).await? {
+            let record = self.record(lock, &kv).await?;
+            if record.is_held() {
+                return Ok(Acquire::Held(record));
+            }
+        }
         let secs = lease_secs(ttl);
         let granted = self.call("lease-grant", |mut c| async move { c.lease_grant(secs, None).await }).await?;
         let lease_id = granted.id();
