@@ -7,10 +7,10 @@ mod conformance;
 mod servers;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, SOON, TTL};
+use conformance::{held, unique, won, Harness, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::postgres::Postgres;
@@ -158,48 +158,5 @@ async fn errors_say_what_went_wrong_without_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_rides_out_a_server_restart() {
     let pg = pg().await;
-    let (a, b) = (pg.open().await, pg.open().await);
-    let lock = unique("outage");
-    let lease = won(&*a, &lock, "a", TTL).await;
-    // b waits with a listener, which the restart cuts.
-    held(&*b, &lock, "b").await;
-    b.changed(&lock, Duration::from_millis(200)).await;
-
-    pg.server.stop();
-    assert!(a.renew(&lease, TTL).await.unwrap_err().is_transient());
-    // A wait during the outage still ends by its bound.
-    let started = Instant::now();
-    b.changed(&lock, Duration::from_millis(500)).await;
-    assert!(started.elapsed() < SOON);
-    pg.server.start_again();
-
-    // Connections from before the restart are dead: each client may fail once more.
-    let started = Instant::now();
-    loop {
-        match a.renew(&lease, TTL).await {
-            Ok(renew) => {
-                assert_eq!(renew, Renew::Renewed);
-                break;
-            }
-            Err(err) => assert!(err.is_transient() && started.elapsed() < SOON, "{}", err.message),
-        }
-    }
-    // And b's waits hear releases again.
-    let waiter = {
-        let (b, lock) = (b.clone(), lock.clone());
-        tokio::spawn(async move {
-            let started = Instant::now();
-            loop {
-                match b.acquire(&lock, "b", TTL).await {
-                    Ok(Acquire::Won(lease)) => return lease,
-                    _ => b.changed(&lock, Duration::from_secs(3600)).await,
-                }
-                assert!(started.elapsed() < SOON, "b never took over");
-            }
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    a.release(&lease, Duration::ZERO).await.unwrap();
-    let next = tokio::time::timeout(SOON, waiter).await.expect("the release never woke b").unwrap();
-    assert!(next.token > lease.token);
+    conformance::a_client_rides_out_a_server_restart(&pg, || pg.server.stop(), || pg.server.start_again()).await;
 }

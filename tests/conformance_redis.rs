@@ -6,12 +6,11 @@ mod conformance;
 mod servers;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, SOON, TTL};
+use conformance::{held, unique, won, Harness, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
-use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
+use leaderrun::store::{ErrorKind, Store, StoreError};
 use servers::redis::Redis;
 
 struct Rd {
@@ -85,49 +84,5 @@ async fn errors_say_what_went_wrong_without_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_rides_out_a_server_restart() {
     let rd = rd().await;
-    let (a, b) = (rd.open().await, rd.open().await);
-    let lock = unique("outage");
-    let lease = won(&*a, &lock, "a", TTL).await;
-    // b waits with a subscription, which the restart cuts.
-    held(&*b, &lock, "b").await;
-    b.changed(&lock, Duration::from_millis(200)).await;
-
-    rd.server.stop();
-    assert!(a.renew(&lease, TTL).await.unwrap_err().is_transient());
-    // A wait during the outage still ends by its bound.
-    let started = Instant::now();
-    b.changed(&lock, Duration::from_millis(500)).await;
-    assert!(started.elapsed() < SOON);
-    rd.server.start_again();
-
-    // Connections from before the restart are dead: each client may fail a few times more.
-    let started = Instant::now();
-    loop {
-        match a.renew(&lease, TTL).await {
-            Ok(renew) => {
-                assert_eq!(renew, Renew::Renewed);
-                break;
-            }
-            Err(err) => assert!(err.is_transient() && started.elapsed() < SOON, "{}", err.message),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // And b's waits hear releases again.
-    let waiter = {
-        let (b, lock) = (b.clone(), lock.clone());
-        tokio::spawn(async move {
-            let started = Instant::now();
-            loop {
-                match b.acquire(&lock, "b", TTL).await {
-                    Ok(Acquire::Won(lease)) => return lease,
-                    _ => b.changed(&lock, Duration::from_secs(3600)).await,
-                }
-                assert!(started.elapsed() < SOON, "b never took over");
-            }
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    a.release(&lease, Duration::ZERO).await.unwrap();
-    let next = tokio::time::timeout(SOON, waiter).await.expect("the release never woke b").unwrap();
-    assert!(next.token > lease.token);
+    conformance::a_client_rides_out_a_server_restart(&rd, || rd.server.stop(), || rd.server.start_again()).await;
 }

@@ -251,6 +251,55 @@ pub async fn leases_survive_a_restart(h: &dyn Harness) {
     assert_eq!((status.holder.as_deref(), status.token), (Some("a"), lease.token));
 }
 
+/// For a store with a server: a client's renewal fails while the server is down (a
+/// transient error), succeeds again once `start` brought it back (each client may fail
+/// a few more times on connections from before), and its waits hear releases again.
+/// `stop` and `start` drive the server; a wait during the outage still ends by its bound.
+pub async fn a_client_rides_out_a_server_restart(h: &dyn Harness, stop: impl FnOnce(), start: impl FnOnce()) {
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("outage");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    // b waits with its notification channel open, which the restart cuts.
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(200)).await;
+
+    stop();
+    assert!(a.renew(&lease, TTL).await.unwrap_err().is_transient());
+    let started = Instant::now();
+    b.changed(&lock, Duration::from_millis(500)).await;
+    assert!(started.elapsed() < SOON);
+    start();
+
+    let started = Instant::now();
+    loop {
+        match a.renew(&lease, TTL).await {
+            Ok(renew) => {
+                assert_eq!(renew, Renew::Renewed);
+                break;
+            }
+            Err(err) => assert!(err.is_transient() && started.elapsed() < SOON, "{}", err.message),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            loop {
+                match b.acquire(&lock, "b", TTL).await {
+                    Ok(Acquire::Won(lease)) => return lease,
+                    _ => b.changed(&lock, Duration::from_secs(3600)).await,
+                }
+                assert!(started.elapsed() < SOON, "b never took over");
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    let next = tokio::time::timeout(SOON, waiter).await.expect("the release never woke b").unwrap();
+    assert!(next.token > lease.token);
+}
+
 /// Generate one `#[tokio::test]` per conformance test for a harness.
 #[macro_export]
 macro_rules! conformance_suite {
