@@ -5,26 +5,18 @@
 mod common;
 mod servers;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use nix::sys::signal::Signal;
 use servers::etcd::Etcd;
 
-/// `leaderrun --store URL ARGS...`
-fn run(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
-    let mut cmd = sb.bare();
-    cmd.arg("--store").arg(url).args(args);
-    cmd
-}
-
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (etcd, sb) = (Etcd::start(), Sandbox::new());
     let url = etcd.url();
     let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), run(&sb, &url, &args))).collect();
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
     assert_quiet_runs(running);
     let runs = sb.lines("runs");
     assert_eq!(runs.len(), 1, "exactly one child must run: {runs:?}");
@@ -39,7 +31,7 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
     let (etcd, sb) = (Etcd::start(), Sandbox::new());
     let url = etcd.url();
     let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), run(&sb, &url, &args))).collect();
+    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
     assert_turns_taken(&sb, waiters);
 }
 
@@ -49,7 +41,7 @@ fn a_holder_rides_out_a_short_outage() {
     let url = etcd.url();
     let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
     let args = ["--lock", "worker", "--wait", "--ttl", "6s", "--renew-every", "1s", "--kill-after", "1s"];
-    let mut holder = sb.spawn("holder", run(&sb, &url, &[&args[..], &["--", "sh", "-c", script]].concat()));
+    let mut holder = sb.spawn("holder", sb.at(&url, &[&args[..], &["--", "sh", "-c", script]].concat()));
     let child = sb.wait_pid("child.pid");
     let (code, before) = status_json(&sb, &url, "worker");
     assert_eq!(code, 0, "held: {before}");

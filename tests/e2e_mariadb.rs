@@ -8,7 +8,6 @@
 mod common;
 mod servers;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -16,27 +15,13 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use servers::mariadb::Mariadb;
 
-/// `leaderrun --store URL ARGS...` (ARGS may start with a subcommand).
-fn with_store(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
-    let mut cmd = sb.bare();
-    match args.split_first() {
-        Some((sub, rest)) if ["status", "list", "release"].contains(sub) => {
-            cmd.arg(sub).arg("--store").arg(url).args(rest);
-        }
-        _ => {
-            cmd.arg("--store").arg(url).args(args);
-        }
-    }
-    cmd
-}
-
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (db, sb) = (Mariadb::start(), Sandbox::new());
     let url = db.url();
     // Ten hosts' cron fire at once; the table does not exist yet, so they also race to create it.
     let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), with_store(&sb, &url, &args))).collect();
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
     assert_quiet_runs(running);
     assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
 
@@ -48,7 +33,7 @@ fn cron_fleet_runs_each_firing_exactly_once() {
         (0, &Value::from(1), Some(true)),
         "{status}"
     );
-    let out = sb.output(with_store(&sb, &mariadb_url, &["--lock", "nightly", "--", "sh", "-c", CRON_JOB]));
+    let out = sb.output(sb.at(&mariadb_url, &["--lock", "nightly", "--", "sh", "-c", CRON_JOB]));
     assert_eq!(out.status.code(), Some(0), "a late firing inside --min-hold; stderr {:?}", stderr_of(&out));
     assert_eq!(sb.lines("runs"), vec!["ran 1"], "a late firing inside --min-hold must run nothing");
 }
@@ -58,8 +43,7 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
     let (db, sb) = (Mariadb::start(), Sandbox::new());
     let url = db.url();
     let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> =
-        (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), with_store(&sb, &url, &args))).collect();
+    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
     let tokens = assert_turns_taken(&sb, waiters);
     assert_eq!(tokens, [1, 2, 3, 4], "one token per acquisition, exactly as the store wrote it");
 }
@@ -69,7 +53,7 @@ fn a_wrong_password_is_never_shown() {
     let (db, sb) = (Mariadb::start(), Sandbox::new());
     let wrong = format!("Wrong{}", db.password());
     let url = db.url().replace(db.password(), &wrong);
-    let out = sb.output(with_store(&sb, &url, &["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let out = sb.output(sb.at(&url, &["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#]));
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(69), "the store refused us; stderr {stderr:?}");
     assert!(!sb.exists("ran"), "the child must not run");
@@ -80,7 +64,7 @@ fn a_wrong_password_is_never_shown() {
 
     // Nor does status, on a server that is down.
     drop(db);
-    let out = sb.output(with_store(&sb, &url, &["status", "--lock", "x"]));
+    let out = sb.output(sb.at(&url, &["status", "--lock", "x"]));
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(69), "stderr {stderr:?}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
@@ -99,7 +83,7 @@ fn select_insert_update_suffice_once_the_table_exists() {
     );
     let url = format!("mysql://least:Least9@127.0.0.1:{}/leaderrun", db.port());
     let script = r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/ran""#;
-    let out = sb.output(with_store(&sb, &url, &["--lock", "job", "--min-hold", "0s", "--", "sh", "-c", script]));
+    let out = sb.output(sb.at(&url, &["--lock", "job", "--min-hold", "0s", "--", "sh", "-c", script]));
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     assert_eq!(sb.read("ran"), "1\n");
     let (code, status) = status_json(&sb, &url, "job");
@@ -107,7 +91,7 @@ fn select_insert_update_suffice_once_the_table_exists() {
 
     // Another table, which this user may not create: refused, with the server's reason.
     let other = format!("{url}?table=other_locks");
-    let out = sb.output(with_store(&sb, &other, &["--lock", "job", "--", "sh", "-c", script]));
+    let out = sb.output(sb.at(&other, &["--lock", "job", "--", "sh", "-c", script]));
     assert_eq!(out.status.code(), Some(69), "stderr {:?}", stderr_of(&out));
     assert!(stderr_of(&out).contains("denied"), "{:?}", stderr_of(&out));
 }
@@ -116,7 +100,7 @@ fn select_insert_update_suffice_once_the_table_exists() {
 fn start_holder(sb: &Sandbox, url: &str, timing: &[&str]) -> (Wrapper, i32) {
     let script = r#"echo $$ > "$D/holder.tmp"; mv "$D/holder.tmp" "$D/holder.pid"; exec sleep 1000"#;
     let args = [&["--lock", "worker", "--wait"][..], timing, &["--", "sh", "-c", script]].concat();
-    let holder = sb.spawn("holder", with_store(sb, url, &args));
+    let holder = sb.spawn("holder", sb.at(url, &args));
     let child = sb.wait_pid("holder.pid");
     (holder, child)
 }
@@ -166,7 +150,7 @@ fn an_outage_longer_than_the_lease_stops_the_child() {
     let free = || status_json(&sb, &url, "worker").0 == 1;
     wait_for(free, WITHIN_A_LEASE, "the lost lease to lapse on the server");
     let script = r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/next""#;
-    let out = sb.output(with_store(&sb, &url, &["--lock", "worker", "--", "sh", "-c", script]));
+    let out = sb.output(sb.at(&url, &["--lock", "worker", "--", "sh", "-c", script]));
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     assert_eq!(sb.read("next"), "2\n");
     sb.wait_no_processes_left(SOON);

@@ -5,36 +5,12 @@
 mod common;
 mod servers;
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use common::*;
 use nix::sys::signal::Signal;
 use servers::postgres::Postgres;
-
-/// `leaderrun --store URL ARGS...` with none of the PG* variables of whoever runs the tests.
-fn run(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
-    let mut cmd = sb.bare();
-    cmd.arg("--store").arg(url).args(args);
-    without_pg_env(&mut cmd);
-    cmd
-}
-
-/// `leaderrun SUB --store URL ARGS...`
-fn sub(sb: &Sandbox, sub: &str, url: &str, args: &[&str]) -> Command {
-    let mut cmd = sb.bare();
-    cmd.arg(sub).arg("--store").arg(url).args(args);
-    without_pg_env(&mut cmd);
-    cmd
-}
-
-fn without_pg_env(cmd: &mut Command) {
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("PG") {
-            cmd.env_remove(&name);
-        }
-    }
-}
 
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
@@ -42,7 +18,7 @@ fn cron_fleet_runs_each_firing_exactly_once() {
     let url = pg.url();
     // Ten hosts fire at once on a database that has no table yet: all race to create it.
     let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), run(&sb, &url, &args))).collect();
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
     assert_quiet_runs(running);
     assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
     let (code, status) = status_json(&sb, &url, "nightly");
@@ -54,7 +30,7 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
     let url = pg.url();
     let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> = (0..5).map(|i| sb.spawn(&format!("waiter-{i}"), run(&sb, &url, &args))).collect();
+    let waiters: Vec<Wrapper> = (0..5).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
     assert_turns_taken(&sb, waiters);
 }
 
@@ -74,16 +50,16 @@ fn the_password_never_shows() {
     let job = ["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#];
 
     let wrong = url.replace(&password, "Wrong-Password-42");
-    let out = sb.output(run(&sb, &wrong, &job));
+    let out = sb.output(sb.at(&wrong, &job));
     assert_store_failure(&out, "Wrong-Password-42", "a wrong password");
     assert!(stderr_of(&out).contains("password authentication failed"), "{:?}", stderr_of(&out));
     let closed = url.replace(&format!(":{}/", pg.port()), &format!(":{}/", servers::free_port()));
-    let out = sb.output(run(&sb, &closed, &job));
+    let out = sb.output(sb.at(&closed, &job));
     assert_store_failure(&out, &password, "a closed port");
     assert!(!sb.exists("ran"), "nothing runs without the store");
 
     // Everything a working run and the other commands print, even at -vvv.
-    let mut outputs = vec![sb.output(run(&sb, &url, &[&["-vvv", "--min-hold", "1h"][..], &job].concat()))];
+    let mut outputs = vec![sb.output(sb.at(&url, &[&["-vvv", "--min-hold", "1h"][..], &job].concat()))];
     assert_eq!(outputs[0].status.code(), Some(0), "stderr {:?}", stderr_of(&outputs[0]));
     assert!(sb.exists("ran"));
     for (name, args) in [
@@ -93,7 +69,7 @@ fn the_password_never_shows() {
         ("list", vec![]),
         ("release", vec!["-v", "--lock", "pw"]),
     ] {
-        let out = sb.output(sub(&sb, name, &url, &args));
+        let out = sb.output(sb.at(&url, &[&[name][..], &args].concat()));
         assert_eq!(out.status.code(), Some(0), "{name} {args:?}: stderr {:?}", stderr_of(&out));
         outputs.push(out);
     }
@@ -107,7 +83,7 @@ fn the_password_never_shows() {
 fn start_holder(sb: &Sandbox, url: &str, lease: &[&str]) -> (Wrapper, i32) {
     let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
     let args = [&["--lock", "worker", "--wait"][..], lease, &["--", "sh", "-c", script]].concat();
-    let holder = sb.spawn("holder", run(sb, url, &args));
+    let holder = sb.spawn("holder", sb.at(url, &args));
     let child = sb.wait_pid("child.pid");
     (holder, child)
 }
@@ -154,15 +130,12 @@ fn a_longer_outage_stops_the_child_and_loses_the_lease() {
     // Back up: the lease lapses on the server's clock and the next run gets the next token.
     pg.start_again();
     wait_for(
-        || sb.output(sub(&sb, "status", &url, &["--lock", "worker"])).status.code() == Some(1),
+        || sb.output(sb.at(&url, &["status", "--lock", "worker"])).status.code() == Some(1),
         WITHIN_A_LEASE,
         "the lease to lapse",
     );
-    let out = sb.output(run(
-        &sb,
-        &url,
-        &["--lock", "worker", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/next""#],
-    ));
+    let out = sb
+        .output(sb.at(&url, &["--lock", "worker", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/next""#]));
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     assert_eq!(sb.read("next"), "2\n");
     sb.wait_no_processes_left(SOON);
@@ -173,18 +146,18 @@ fn init_prints_or_creates_the_table_named_in_the_url() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
     let url = format!("{}?table=team_locks", pg.url());
     // --print-sql connects to nothing and writes nothing.
-    let out = sb.output(sub(&sb, "init", &url, &["--print-sql"]));
+    let out = sb.output(sb.at(&url, &["init", "--print-sql"]));
     assert_eq!(code_of(out.status, "init --print-sql"), 0, "{}", stderr_of(&out));
     assert!(stdout_of(&out).contains("CREATE TABLE IF NOT EXISTS \"team_locks\""), "{}", stdout_of(&out));
     let exists = "SELECT count(*) FROM pg_tables WHERE tablename = 'team_locks'";
     assert_eq!(pg.psql_in("leaderrun", exists), "0");
     // init creates it; the password stays out of what it prints.
-    let out = sb.output(sub(&sb, "init", &url, &[]));
+    let out = sb.output(sb.at(&url, &["init"]));
     assert_eq!(code_of(out.status, "init"), 0, "{}", stderr_of(&out));
     assert!(!stdout_of(&out).contains(pg.password()), "{}", stdout_of(&out));
     assert_eq!(pg.psql_in("leaderrun", exists), "1");
     // A table name that is not a plain identifier is bad usage, refused before connecting.
-    let out = sb.output(sub(&sb, "init", &format!("{}?table=x;drop", pg.url()), &["--print-sql"]));
+    let out = sb.output(sb.at(&format!("{}?table=x;drop", pg.url()), &["init", "--print-sql"]));
     assert_eq!(code_of(out.status, "init with a bad table"), 2, "{}", stderr_of(&out));
     assert_eq!(stderr_of(&out).lines().count(), 1, "{}", stderr_of(&out));
     assert!(!stderr_of(&out).contains(pg.password()));
@@ -195,8 +168,7 @@ fn a_waiting_worker_started_before_its_database_waits_for_it() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
     pg.stop();
     let script = r#"echo "ran $LEADERRUN_FENCING_TOKEN" >> "$D/runs""#;
-    let mut worker =
-        sb.spawn("worker", run(&sb, &pg.url(), &["--lock", "late-db", "--wait", "--", "sh", "-c", script]));
+    let mut worker = sb.spawn("worker", sb.at(&pg.url(), &["--lock", "late-db", "--wait", "--", "sh", "-c", script]));
     std::thread::sleep(Duration::from_millis(1500));
     assert!(worker.try_status().is_none(), "a --wait worker must not give up on a store that is not up yet");
     pg.start_again();
@@ -205,6 +177,6 @@ fn a_waiting_worker_started_before_its_database_waits_for_it() {
     assert!(!worker.stderr().contains(pg.password()), "{}", worker.stderr());
     // A one-shot run does not wait: the store being down is status 69.
     pg.stop();
-    let out = sb.output(run(&sb, &pg.url(), &["--lock", "late-db", "--", "true"]));
+    let out = sb.output(sb.at(&pg.url(), &["--lock", "late-db", "--", "true"]));
     assert_eq!(code_of(out.status, "one-shot with the store down"), 69, "{}", stderr_of(&out));
 }

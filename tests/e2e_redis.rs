@@ -5,26 +5,18 @@
 mod common;
 mod servers;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use nix::sys::signal::Signal;
 use servers::redis::Redis;
 
-/// `leaderrun --store URL ARGS...`
-fn run(sb: &Sandbox, url: &str, args: &[&str]) -> Command {
-    let mut cmd = sb.bare();
-    cmd.arg("--store").arg(url).args(args);
-    cmd
-}
-
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (redis, sb) = (Redis::start(), Sandbox::new());
     let url = redis.url();
     let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), run(&sb, &url, &args))).collect();
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
     assert_quiet_runs(running);
     assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
     let (code, status) = status_json(&sb, &url, "nightly");
@@ -36,7 +28,7 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
     let (redis, sb) = (Redis::start(), Sandbox::new());
     let url = redis.url();
     let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), run(&sb, &url, &args))).collect();
+    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
     assert_turns_taken(&sb, waiters);
 }
 
@@ -44,7 +36,7 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
 fn a_wrong_password_exits_69_without_showing_it() {
     let (redis, sb) = (Redis::start(), Sandbox::new());
     let wrong = redis.url().replace(redis.password(), "Wrong-Password-42");
-    let out = sb.output(run(&sb, &wrong, &["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let out = sb.output(sb.at(&wrong, &["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#]));
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
     assert_eq!(err.lines().count(), 1, "one line: {err:?}");
@@ -59,7 +51,7 @@ fn a_holder_rides_out_a_short_outage() {
     let url = redis.url();
     let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
     let args = ["--lock", "worker", "--wait", "--ttl", "6s", "--renew-every", "1s", "--kill-after", "1s"];
-    let mut holder = sb.spawn("holder", run(&sb, &url, &[&args[..], &["--", "sh", "-c", script]].concat()));
+    let mut holder = sb.spawn("holder", sb.at(&url, &[&args[..], &["--", "sh", "-c", script]].concat()));
     let child = sb.wait_pid("child.pid");
 
     redis.stop();

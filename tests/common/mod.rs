@@ -181,6 +181,21 @@ impl Sandbox {
         cmd
     }
 
+    /// `leaderrun --store URL ARGS...`, or `leaderrun SUB --store URL REST...` when ARGS starts
+    /// with a subcommand: for the stores with a server, whose URL each test gets from it.
+    pub fn at(&self, url: &str, args: &[&str]) -> Command {
+        let mut cmd = self.bare();
+        match args.split_first() {
+            Some((sub, rest)) if ["status", "list", "release", "init"].contains(sub) => {
+                cmd.arg(sub).arg("--store").arg(url).args(rest);
+            }
+            _ => {
+                cmd.arg("--store").arg(url).args(args);
+            }
+        }
+        cmd
+    }
+
     /// `leaderrun --store sqlite:///<tmp>/locks.db ARGS...` (the run mode).
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = self.bare();
