@@ -296,16 +296,7 @@ impl RedisStore {
 
     /// Poll the lock until it looks free or `deadline` passes.
     async fn poll(&self, lock: &str, deadline: Instant) {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            tokio::time::sleep(POLL.min(left)).await;
-            if !self.looks_held(lock).await {
-                return;
-            }
-        }
+        super::poll_until_free(self, lock, deadline.saturating_duration_since(Instant::now()), POLL).await
     }
 }
 
