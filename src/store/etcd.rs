@@ -22,11 +22,16 @@
 //!   before it, across releases and expiries; the token key's mod revision is that same
 //!   revision (one transaction, one revision), which is how `status` of a released lock
 //!   still reports its last token.
-//! - renew: read the key, check token, holder and `revoked`, send one LeaseKeepAlive for
-//!   its lease, then re-read: only an unchanged key (same mod revision) counts as renewed,
-//!   so a revoke racing the keepalive is never lost. etcd renews a lease to its GRANTED TTL
-//!   (the acquire's ceil(ttl), or etcd's minimum, see below); the elector renews with the
-//!   ttl it acquired with.
+//! - renew: one round trip. The store remembers, for each lease it took or renewed, the etcd
+//!   lease id and the key's mod revision; a renewal sends, at the same time, a transaction
+//!   `create_revision == token && mod_revision == remembered` (else: read the key) and one
+//!   LeaseKeepAlive. Only a matching compare counts as renewed: a revoke (a re-put) or a
+//!   new holder changes the mod revision. A revoke that lands just after the compare is seen
+//!   at the next renewal, as if it had come after this one; the keep-alive it may have
+//!   extended only keeps a revoked (still taken) lock taken longer, the safe direction.
+//!   A store that has not seen the lease (another process renewing with it) reads the key
+//!   first. etcd renews a lease to its GRANTED TTL (the acquire's ceil(ttl), or etcd's
+//!   minimum, see below); the elector renews with the ttl it acquired with.
 //! - release: a transaction guarded by the mod revision read deletes the key (waiters'
 //!   watches see the DELETE), then the lease is revoked. With --min-hold the key is instead
 //!   re-put on a new lease of the time left, which keeps its create revision (the token).
@@ -50,6 +55,7 @@
 //! Not supported yet: TLS (`etcds://`, `?tls=1`), refused with a message saying so.
 //! A password never appears in a message: they are built from `url::redact(url)`.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -197,6 +203,10 @@ fn lease_secs(d: Duration) -> i64 {
     (d.as_nanos().div_ceil(1_000_000_000) as i64).max(1)
 }
 
+fn held_key(lease: &Lease) -> (String, u64, String) {
+    (lease.lock.clone(), lease.token, lease.identity.clone())
+}
+
 /// The first (only) key a get returned.
 fn first_kv(resp: &TxnOpResponse) -> Option<KeyValue> {
     match resp {
@@ -210,6 +220,16 @@ pub struct EtcdStore {
     prefix: String,
     /// The URL without its password, for messages.
     shown: String,
+    /// For each lease this store took or renewed, (lock, token, identity) → where it stood then.
+    held: std::sync::Mutex<HashMap<(String, u64, String), Held>>,
+}
+
+/// What a renewal compares against: the etcd lease the key is attached to, and the key's
+/// mod revision when this store last saw it unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    lease_id: i64,
+    mod_revision: i64,
 }
 
 impl EtcdStore {
@@ -241,7 +261,7 @@ impl EtcdStore {
                 )))
             }
         };
-        let store = Self { client, prefix: target.prefix, shown };
+        let store = Self { client, prefix: target.prefix, shown, held: Default::default() };
         let key = store.lock_key("");
         store.call("open", |mut c| async move { c.get(key, Some(GetOptions::new().with_count_only())).await }).await?;
         Ok(store)
@@ -340,6 +360,49 @@ impl EtcdStore {
         let _ = self.call("lease-revoke", |mut c| async move { c.lease_revoke(lease_id).await }).await;
     }
 
+    fn remembered(&self, lease: &Lease) -> Option<Held> {
+        self.held.lock().unwrap().get(&held_key(lease)).copied()
+    }
+
+    fn remember(&self, lease: &Lease, held: Held) {
+        self.held.lock().unwrap().insert(held_key(lease), held);
+    }
+
+    fn forget(&self, lease: &Lease) {
+        self.held.lock().unwrap().remove(&held_key(lease));
+    }
+
+    /// Whether the key as read still carries this lease, unrevoked: `Ok` with what a renewal
+    /// compares against (remembered), or `Err` with the loss to report (forgotten).
+    async fn judge(&self, lease: &Lease, kv: Option<KeyValue>) -> Result<std::result::Result<Held, Renew>> {
+        let Some(kv) = kv else {
+            self.forget(lease);
+            return Ok(Err(Renew::Lost(None)));
+        };
+        let value = self.value(&kv)?;
+        if kv.create_revision() as u64 != lease.token || value.holder != lease.identity || value.revoked {
+            self.forget(lease);
+            return Ok(Err(Renew::Lost(Some(self.record(&lease.lock, &kv).await?))));
+        }
+        let held = Held { lease_id: value.lease_id, mod_revision: kv.mod_revision() };
+        self.remember(lease, held);
+        Ok(Ok(held))
+    }
+
+    /// One LeaseKeepAlive: whether the lease still exists. etcd-client reads the answer and
+    /// reports a lapsed lease (TTL 0) as `LeaseKeepAliveError("lease not found")`: the lease is
+    /// gone, not a passing failure.
+    async fn keep_alive(&self, lease_id: i64) -> Result<bool> {
+        self.call("keep-alive", |mut c| async move {
+            match c.lease_keep_alive(lease_id).await {
+                Ok(_) => Ok(true),
+                Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+
     /// A transaction with one compare on the key's mod revision.
     async fn guarded(&self, op: &'static str, lock: &str, mod_revision: i64, then: Vec<TxnOp>) -> Result<bool> {
         let txn = Txn::new()
@@ -410,8 +473,10 @@ impl Store for EtcdStore {
         };
         let kv = resp.op_responses().last().and_then(first_kv);
         if resp.succeeded() {
-            let token = kv.map_or(0, |kv| kv.create_revision()) as u64;
-            return Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token }));
+            let (token, mod_revision) = kv.map_or((0, 0), |kv| (kv.create_revision(), kv.mod_revision()));
+            let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 };
+            self.remember(&lease, Held { lease_id, mod_revision });
+            return Ok(Acquire::Won(lease));
         }
         self.revoke_lease(lease_id).await;
         match kv {
@@ -421,37 +486,45 @@ impl Store for EtcdStore {
     }
 
     async fn renew(&self, lease: &Lease, _ttl: Duration) -> Result<Renew> {
-        let Some(kv) = self.get_lock(&lease.lock).await? else {
-            return Ok(Renew::Lost(None));
+        let held = match self.remembered(lease) {
+            Some(held) => held,
+            None => match self.judge(lease, self.get_lock(&lease.lock).await?).await? {
+                Ok(held) => held,
+                Err(lost) => return Ok(lost),
+            },
         };
-        let value = self.value(&kv)?;
-        if kv.create_revision() as u64 != lease.token || value.holder != lease.identity || value.revoked {
-            return Ok(Renew::Lost(Some(self.record(&lease.lock, &kv).await?)));
-        }
-        // One keepalive. etcd-client reads its answer and reports a lapsed lease (TTL 0) as
-        // `LeaseKeepAliveError("lease not found")`: the lease is gone, not a passing failure.
-        let lease_id = value.lease_id;
-        let alive = self
-            .call("renew", |mut c| async move {
-                match c.lease_keep_alive(lease_id).await {
-                    Ok(_) => Ok(true),
-                    Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => Ok(false),
-                    Err(e) => Err(e),
-                }
-            })
-            .await?;
+        // The compare and the keep-alive travel together: one round trip.
+        let key = self.lock_key(&lease.lock);
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, lease.token as i64),
+                Compare::mod_revision(key.clone(), CompareOp::Equal, held.mod_revision),
+            ])
+            .or_else([TxnOp::get(key, None)]);
+        let (checked, alive) = tokio::join!(
+            self.call("renew-check", |mut c| async move { c.txn(txn).await }),
+            self.keep_alive(held.lease_id)
+        );
+        let checked = checked?;
+        let alive = if checked.succeeded() {
+            alive?
+        } else {
+            // Changed since this store last looked: judge what is there now.
+            match self.judge(lease, checked.op_responses().first().and_then(first_kv)).await? {
+                Err(lost) => return Ok(lost),
+                Ok(now) if now.lease_id == held.lease_id => alive?,
+                Ok(now) => self.keep_alive(now.lease_id).await?,
+            }
+        };
         if !alive {
+            self.forget(lease);
             return Ok(Renew::Lost(None));
         }
-        // Still the same record after the keepalive: nothing revoked or replaced it meanwhile.
-        match self.get_lock(&lease.lock).await? {
-            Some(now) if now.mod_revision() == kv.mod_revision() => Ok(Renew::Renewed),
-            Some(now) => Ok(Renew::Lost(Some(self.record(&lease.lock, &now).await?))),
-            None => Ok(Renew::Lost(None)),
-        }
+        Ok(Renew::Renewed)
     }
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        self.forget(lease);
         for _ in 0..MAX_RACES {
             let Some(kv) = self.get_lock(&lease.lock).await? else {
                 return Ok(());
