@@ -6,11 +6,12 @@ mod conformance;
 mod servers;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::{held, unique, won, Harness, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
-use leaderrun::store::{ErrorKind, Store, StoreError};
+use leaderrun::store::{ErrorKind, Renew, Store, StoreError};
 use servers::redis::Redis;
 
 struct Rd {
@@ -67,8 +68,15 @@ async fn errors_say_what_went_wrong_without_the_password() {
     check(open_url(&wrong).await.err().unwrap(), ErrorKind::Refused, "authentication failed", "not-the-password");
     let user = format!("redis://nobody:{}@127.0.0.1:{port}/0", rd.server.password());
     check(open_url(&user).await.err().unwrap(), ErrorKind::Refused, "nobody:***@", rd.server.password());
-    let tls = format!("rediss://:{}@127.0.0.1:{port}/0", rd.server.password());
-    check(open_url(&tls).await.err().unwrap(), ErrorKind::Refused, "TLS", rd.server.password());
+    let plain_as_tls = format!("rediss://:{}@127.0.0.1:{port}/0?cacert=/nonexistent/ca.pem", rd.server.password());
+    check(
+        open_url(&plain_as_tls).await.err().unwrap(),
+        ErrorKind::Refused,
+        "cacert=/nonexistent",
+        rd.server.password(),
+    );
+    let files_without_tls = format!("redis://:{}@127.0.0.1:{port}/0?cacert=/ca.pem", rd.server.password());
+    check(open_url(&files_without_tls).await.err().unwrap(), ErrorKind::Refused, "rediss://", rd.server.password());
 
     let closed = servers::free_port();
     let url = format!("redis://:{}@127.0.0.1:{closed}/0", rd.server.password());
@@ -85,4 +93,53 @@ async fn errors_say_what_went_wrong_without_the_password() {
 async fn a_client_rides_out_a_server_restart() {
     let rd = rd().await;
     conformance::a_client_rides_out_a_server_restart(&rd, || rd.server.stop(), || rd.server.start_again()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_tls_with_the_servers_ca() {
+    let server = tokio::task::spawn_blocking(Redis::start_tls).await.unwrap();
+    let store = open_url(&server.tls_url()).await.expect("open over TLS with the CA and a client certificate");
+    let lock = unique("tls");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    // The same lock seen over the plain port: one server, one lease.
+    let plain = open_url(&server.url()).await.unwrap();
+    assert_eq!(plain.status(&lock).await.unwrap().holder.as_deref(), Some("a"));
+    held(&*plain, &lock, "b").await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    won(&*plain, &lock, "b", TTL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_errors_say_what_went_wrong_without_the_password() {
+    let server = tokio::task::spawn_blocking(Redis::start_tls).await.unwrap();
+    let password = server.password().to_string();
+    let check = |err: StoreError, kind: ErrorKind, needle: &str| {
+        assert_eq!(err.kind, kind, "{}", err.message);
+        assert!(err.message.contains(needle), "{needle:?} missing from {:?}", err.message);
+        assert!(err.message.contains("***") && !err.message.contains(&password), "{}", err.message);
+        assert!(!err.message.contains('\n'), "one line: {:?}", err.message);
+    };
+    let certs = server.certs();
+    let base = server.tls_url().split_once('?').unwrap().0.to_string();
+    let (ca, cert, key) = (certs.ca().display().to_string(), certs.client_cert(), certs.client_key());
+    // The system's CAs do not know the test CA.
+    check(open_url(&base).await.err().unwrap(), ErrorKind::Refused, "invalid peer certificate");
+    // The server asks for a client certificate and none is shown.
+    check(open_url(&format!("{base}?cacert={ca}")).await.err().unwrap(), ErrorKind::Refused, "TLS");
+    // Half a client certificate.
+    check(
+        open_url(&format!("{base}?cacert={ca}&cert={}", cert.display())).await.err().unwrap(),
+        ErrorKind::Refused,
+        "go together",
+    );
+    // TLS spoken to the plain port: the handshake never completes.
+    let plain = format!(
+        "rediss://:{password}@127.0.0.1:{}/0?cacert={ca}&cert={}&key={}",
+        server.port(),
+        cert.display(),
+        key.display()
+    );
+    let err = open_url(&plain).await.err().unwrap();
+    assert!(!err.message.contains(&password) && !err.message.contains('\n'), "{}", err.message);
 }

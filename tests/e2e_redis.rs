@@ -76,3 +76,15 @@ fn a_holder_rides_out_a_short_outage() {
     assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
     sb.wait_no_processes_left(SOON);
 }
+
+#[test]
+fn runs_over_mutual_tls() {
+    let (redis, sb) = (Redis::start_tls(), Sandbox::new());
+    let url = redis.tls_url();
+    let out =
+        sb.output(sb.at(&url, &["--lock", "tls", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/ran""#]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert_eq!(sb.lines("ran"), vec!["1"], "the child ran once, with the first token");
+    let (code, status) = status_json(&sb, &url, "tls");
+    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(1)), "held for --min-hold: {status}");
+}

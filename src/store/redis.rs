@@ -1,5 +1,6 @@
-//! Redis store: `--store redis://[user:pass@]host[:port][/db][?prefix=PREFIX]` (`rediss://`
-//! for TLS, when compiled in).
+//! Redis store: `--store redis://[user:pass@]host[:port][/db][?prefix=PREFIX]`, or
+//! `rediss://` for TLS (rustls; the system's CAs unless `?cacert=FILE`, and a client
+//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them).
 //!
 //! Keys, under a prefix (`?prefix=`, default `leaderrun:`; the lock name follows verbatim,
 //! Redis keys are binary-safe):
@@ -179,25 +180,66 @@ return r
     }
 }
 
-/// Split leaderrun's own `prefix=` off the URL; the rest goes to the redis crate.
-fn split_url(url: &str) -> (String, String) {
+/// The parts of a Redis URL that are leaderrun's, not the redis crate's.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Extras {
+    prefix: String,
+    /// `cacert=`: trust this CA (PEM) instead of the system's (named as redis-cli names it).
+    cacert: Option<String>,
+    /// `cert=` and `key=`: a client certificate and its key (PEM), for servers that ask.
+    cert: Option<String>,
+    key: Option<String>,
+}
+
+/// Split leaderrun's own parameters (`prefix=`, `cacert=`, `cert=`, `key=`) off the URL;
+/// the rest goes to the redis crate.
+fn split_url(url: &str) -> (String, Extras) {
     let (url, fragment) = match url.split_once('#') {
         Some((url, fragment)) => (url, format!("#{fragment}")),
         None => (url, String::new()),
     };
+    let mut extras = Extras { prefix: DEFAULT_PREFIX.to_string(), ..Extras::default() };
     let Some((base, query)) = url.split_once('?') else {
-        return (format!("{url}{fragment}"), DEFAULT_PREFIX.to_string());
+        return (format!("{url}{fragment}"), extras);
     };
-    let mut prefix = DEFAULT_PREFIX.to_string();
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
-            Some(("prefix", value)) => prefix = value.to_string(),
+            Some(("prefix", value)) => extras.prefix = value.to_string(),
+            Some(("cacert", value)) => extras.cacert = Some(value.to_string()),
+            Some(("cert", value)) => extras.cert = Some(value.to_string()),
+            Some(("key", value)) => extras.key = Some(value.to_string()),
             _ => kept.push(pair),
         }
     }
     let query = if kept.is_empty() { String::new() } else { format!("?{}", kept.join("&")) };
-    (format!("{base}{query}{fragment}"), prefix)
+    (format!("{base}{query}{fragment}"), extras)
+}
+
+/// A client for the URL: with the CA and client certificate of `extras` when given.
+fn client(redis_url: &str, extras: &Extras, shown: &str) -> Result<Client> {
+    let refused = |why: String| StoreError::refused(format!("Redis store {shown}: {why}"));
+    let invalid = |e: RedisError| refused(format!("invalid URL: {}", describe(&e)));
+    let wants_files = extras.cacert.is_some() || extras.cert.is_some() || extras.key.is_some();
+    if !wants_files {
+        return Client::open(redis_url).map_err(invalid);
+    }
+    if !redis_url.to_ascii_lowercase().starts_with("rediss:") {
+        return Err(refused("cacert=, cert= and key= need a TLS URL (rediss://)".into()));
+    }
+    let read = |what: &str, path: &Option<String>| -> Result<Option<Vec<u8>>> {
+        path.as_ref()
+            .map(|path| std::fs::read(path).map_err(|e| refused(format!("cannot read {what}={path}: {e}"))))
+            .transpose()
+    };
+    let (root_cert, cert, key) =
+        (read("cacert", &extras.cacert)?, read("cert", &extras.cert)?, read("key", &extras.key)?);
+    let client_tls = match (cert, key) {
+        (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig { client_cert, client_key }),
+        (None, None) => None,
+        _ => return Err(refused("cert= and key= go together".into())),
+    };
+    Client::build_with_tls(redis_url, redis::TlsCertificates { client_tls, root_cert }).map_err(invalid)
 }
 
 /// A connection subscribed to `{prefix}released`, and the messages it received.
@@ -225,17 +267,9 @@ impl RedisStore {
     /// not matter: looking never writes.
     pub async fn open(url: &str, _access: Access) -> Result<Self> {
         let shown = redact(url);
-        let (redis_url, prefix) = split_url(url);
-        let client = Client::open(redis_url.as_str()).map_err(|e| {
-            let why = if e.to_string().contains("TLS") {
-                "TLS (rediss://) is not compiled into this build of leaderrun \
-                 (it needs the redis crate's feature tokio-rustls-comp)"
-                    .to_string()
-            } else {
-                format!("invalid URL: {}", describe(&e))
-            };
-            StoreError::refused(format!("Redis store {shown}: {why}"))
-        })?;
+        let (redis_url, extras) = split_url(url);
+        let client = client(&redis_url, &extras, &shown)?;
+        let prefix = extras.prefix;
         // One attempt per reconnection: the elector retries failed calls on its own schedule.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(TIMEOUT))
@@ -313,6 +347,7 @@ fn error(shown: &str, err: RedisError) -> StoreError {
 /// What went wrong, in one line, from the error itself (never from the connection info).
 fn describe(err: &RedisError) -> String {
     let what = match err.kind() {
+        _ if tls_refused(err) => format!("TLS: {err}"),
         _ if err.is_io_error() => format!("cannot reach the server: {err}"),
         // The crate keeps only its own summary of the server's WRONGPASS.
         redis::ErrorKind::AuthenticationFailed => {
@@ -323,10 +358,19 @@ fn describe(err: &RedisError) -> String {
     what.replace(['\n', '\r'], " ")
 }
 
+/// Whether the TLS handshake failed for good: a certificate the client does not trust, or
+/// one the server refused. rustls reports these as I/O errors, known by their text.
+fn tls_refused(err: &RedisError) -> bool {
+    let text = err.to_string();
+    err.is_io_error()
+        && ["invalid peer certificate", "received fatal alert", "peer is incompatible"].iter().any(|t| text.contains(t))
+}
+
 /// Whether an error may pass if the call is retried.
 fn transient(err: &RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match err.kind() {
+        _ if tls_refused(err) => false,
         ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
         ErrorKind::Server(
             ServerErrorKind::BusyLoading
@@ -536,11 +580,18 @@ mod tests {
 
     #[test]
     fn url_splitting() {
-        assert_eq!(split_url("redis://:p@h:6379/2"), ("redis://:p@h:6379/2".into(), DEFAULT_PREFIX.into()));
-        assert_eq!(split_url("redis://h?prefix=team-b:"), ("redis://h".into(), "team-b:".into()));
+        let prefix = |p: &str| Extras { prefix: p.into(), ..Extras::default() };
+        assert_eq!(split_url("redis://:p@h:6379/2"), ("redis://:p@h:6379/2".into(), prefix(DEFAULT_PREFIX)));
+        assert_eq!(split_url("redis://h?prefix=team-b:"), ("redis://h".into(), prefix("team-b:")));
         assert_eq!(
             split_url("rediss://h/1?protocol=resp3&prefix=x#insecure"),
-            ("rediss://h/1?protocol=resp3#insecure".into(), "x".into())
+            ("rediss://h/1?protocol=resp3#insecure".into(), prefix("x"))
+        );
+        let (url, extras) = split_url("rediss://h?cacert=/ca.pem&cert=/c.pem&key=/k.pem");
+        assert_eq!(url, "rediss://h");
+        assert_eq!(
+            (extras.cacert.as_deref(), extras.cert.as_deref(), extras.key.as_deref()),
+            (Some("/ca.pem"), Some("/c.pem"), Some("/k.pem"))
         );
     }
 

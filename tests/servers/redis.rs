@@ -17,18 +17,33 @@ pub struct Redis {
     port: AtomicU16,
     password: String,
     server: Mutex<Option<Child>>,
+    /// With `start_tls`: the certificates, and a second port that speaks only TLS.
+    tls: Option<(super::tls::Certs, AtomicU16)>,
 }
 
 impl Redis {
     /// Start a server; panics with the reason if it cannot.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Start a server that also listens for TLS (see `tls_url`), with certificates of a
+    /// throw-away CA.
+    pub fn start_tls() -> Self {
+        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))))
+    }
+
+    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-redis-").tempdir().expect("create a temp dir");
         let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
-        let redis = Self { dir, port: AtomicU16::new(0), password, server: Mutex::new(None) };
+        let redis = Self { dir, port: AtomicU16::new(0), password, server: Mutex::new(None), tls };
         // The port is free when chosen, but another process may take it before the
         // server binds it: try a few.
         for attempt in 0.. {
             redis.port.store(super::free_port(), Ordering::SeqCst);
+            if let Some((_, tls_port)) = &redis.tls {
+                tls_port.store(super::free_port(), Ordering::SeqCst);
+            }
             match redis.try_start() {
                 Ok(()) => break,
                 Err(why) if attempt >= 4 => panic!("Redis does not start: {why}"),
@@ -41,6 +56,21 @@ impl Redis {
     /// `redis://:PASSWORD@127.0.0.1:PORT/0`
     pub fn url(&self) -> String {
         format!("redis://:{}@127.0.0.1:{}/0", self.password, self.port())
+    }
+
+    /// `rediss://:PASSWORD@127.0.0.1:TLS_PORT/0?cacert=CA.crt&cert=CLIENT.crt&key=CLIENT.key`
+    /// (only with `start_tls`: the server asks for a client certificate).
+    pub fn tls_url(&self) -> String {
+        let (certs, port) = self.tls.as_ref().expect("started with start_tls");
+        let port = port.load(Ordering::SeqCst);
+        let (ca, cert, key) = (certs.ca(), certs.client_cert(), certs.client_key());
+        let files = format!("cacert={}&cert={}&key={}", ca.display(), cert.display(), key.display());
+        format!("rediss://:{}@127.0.0.1:{port}/0?{files}", self.password)
+    }
+
+    /// The certificates of a server started with `start_tls`.
+    pub fn certs(&self) -> &super::tls::Certs {
+        &self.tls.as_ref().expect("started with start_tls").0
     }
 
     pub fn password(&self) -> &str {
@@ -95,8 +125,22 @@ impl Redis {
     fn try_start(&self) -> Result<(), String> {
         let log = std::fs::File::create(self.dir.path().join("log")).map_err(|e| e.to_string())?;
         let port = self.port().to_string();
+        let mut tls_args: Vec<String> = Vec::new();
+        if let Some((certs, tls_port)) = &self.tls {
+            tls_args.extend(["--tls-port".into(), tls_port.load(Ordering::SeqCst).to_string()]);
+            for (flag, path) in [
+                ("--tls-cert-file", certs.server_cert()),
+                ("--tls-key-file", certs.server_key()),
+                ("--tls-ca-cert-file", certs.ca()),
+            ] {
+                tls_args.extend([flag.to_string(), path.display().to_string()]);
+            }
+            // Clients must show a certificate of the CA (mutual TLS).
+            tls_args.extend(["--tls-auth-clients".into(), "yes".into()]);
+        }
         let mut child = Command::new("redis-server")
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
+            .args(&tls_args)
             .args(["--appendonly", "yes", "--appendfsync", "always", "--requirepass", &self.password])
             .arg("--dir")
             .arg(self.dir.path())
