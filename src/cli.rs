@@ -96,17 +96,19 @@ pub const STORES: &[(&str, &str)] = &[
          waiters poll every ~100 ms. The same caveats about the server's clock and asynchronous replicas apply.",
     ),
     (
-        "redis://[user]:pass@host:6379/0?prefix=leaderrun:",
+        "redis://[user]:pass@host:6379/0?prefix=leaderrun: (rediss:// for TLS)",
         "Lua scripts on one server (no Cluster); the lease is the key's PX expiry on the server's clock, the \
          fencing token an INCR counter, a release is published to waiters. Redis loses keys on a restart \
          unless it runs with appendonly yes and appendfsync always, and replication is asynchronous: for \
-         leases that matter, run it with that persistence and no failover. TLS (rediss://) is not in this build.",
+         leases that matter, run it with that persistence and no failover. TLS: rediss:// with the system's CAs \
+         or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
     ),
     (
-        "etcd://[user:pass@]host:2379[,host2:2379...][/prefix]",
+        "etcd://[user:pass@]host:2379[,host2:2379...][/prefix] (etcds:// for TLS)",
         "A lease plus a transaction on the key's create revision (the fencing token: etcd's global revision, \
          so tokens grow but not by one); renewals are keep-alives; waiters watch for the release. Linearizable \
-         through the Raft leader; leases last at least 2 s (etcd's minimum). TLS (etcds://) is not supported yet.",
+         through the Raft leader; leases last at least 2 s (etcd's minimum). TLS: etcds:// (or ?tls=1) with the \
+         system's CAs or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
     ),
     (
         "grants",

@@ -71,3 +71,15 @@ fn a_holder_rides_out_a_short_outage() {
     let (code, after) = status_json(&sb, &url, "worker");
     assert_eq!((code, &after["fencing_token"]), (1, &before["fencing_token"]), "free, last token kept: {after}");
 }
+
+#[test]
+fn runs_over_mutual_tls() {
+    let (etcd, sb) = (Etcd::start_tls(), Sandbox::new());
+    let url = etcd.tls_url();
+    let out =
+        sb.output(sb.at(&url, &["--lock", "tls", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/ran""#]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    let token = sb.read("ran").trim().parse::<u64>().expect("a token");
+    let (code, status) = status_json(&sb, &url, "tls");
+    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(token)), "held for --min-hold: {status}");
+}

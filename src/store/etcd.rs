@@ -52,7 +52,8 @@
 //! client times keepalive deadlines from the response; leaderrun's elector times them from
 //! its request, this store only answers renew.
 //!
-//! Not supported yet: TLS (`etcds://`, `?tls=1`), refused with a message saying so.
+//! TLS: `etcds://` (or `?tls=1`) speaks https to every endpoint, trusting the system's CAs or
+//! `?cacert=FILE`, with a client certificate from `&cert=FILE&key=FILE` (etcdctl's names).
 //! A password never appears in a message: they are built from `url::redact(url)`.
 
 use std::collections::HashMap;
@@ -61,8 +62,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
-    WatchFilterType, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity, KeyValue, PutOptions,
+    TlsOptions, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
 };
 use serde::{Deserialize, Serialize};
 use tokio::time::{timeout, Instant};
@@ -99,21 +100,42 @@ struct Target {
     endpoints: Vec<String>,
     user: Option<(String, String)>,
     prefix: String,
+    /// `etcds://` or `?tls=1`, with the files etcdctl names --cacert, --cert and --key.
+    tls: Option<TlsFiles>,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TlsFiles {
+    cacert: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
 }
 
 fn parse_url(url: &str, shown: &str) -> Result<Target> {
     let bad = |why: &str| StoreError::refused(format!("etcd store {shown}: {why}"));
     let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("expected etcd://host:2379[,host2:2379][/prefix]"))?;
-    if !scheme.eq_ignore_ascii_case("etcd") {
-        return Err(bad("TLS (etcds://) is not supported yet; use etcd:// on a trusted network"));
+    let mut tls = scheme.eq_ignore_ascii_case("etcds");
+    if !tls && !scheme.eq_ignore_ascii_case("etcd") {
+        return Err(bad("expected etcd:// or etcds://"));
     }
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut files = TlsFiles::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key == "tls" && !matches!(value, "0" | "false") {
-            return Err(bad("TLS (?tls=1) is not supported yet; use etcd:// on a trusted network"));
+        let value = percent_decode(value);
+        match key {
+            "tls" => tls = !matches!(value.as_str(), "0" | "false"),
+            "cacert" => files.cacert = Some(value),
+            "cert" => files.cert = Some(value),
+            "key" => files.key = Some(value),
+            _ => tracing::warn!("etcd store {shown}: ignoring the unknown parameter {key:?}"),
         }
-        tracing::warn!("etcd store {shown}: ignoring the unknown parameter {key:?}");
+    }
+    if files != TlsFiles::default() && !tls {
+        return Err(bad("cacert=, cert= and key= need TLS (etcds:// or ?tls=1)"));
+    }
+    if files.cert.is_some() != files.key.is_some() {
+        return Err(bad("cert= and key= go together"));
     }
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (user, hosts) = match authority.rsplit_once('@') {
@@ -123,6 +145,7 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
         }
         None => (None, authority),
     };
+    let http = if tls { "https" } else { "http" };
     let mut endpoints = Vec::new();
     for host in hosts.split(',').map(str::trim) {
         if host.is_empty() {
@@ -131,11 +154,31 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
         // host, host:port, [v6], [v6]:port
         let has_port = host.rsplit_once(':').is_some_and(|(h, p)| !h.ends_with(':') && p.parse::<u16>().is_ok())
             && (!host.starts_with('[') || host.contains("]:"));
-        endpoints.push(if has_port { format!("http://{host}") } else { format!("http://{host}:{DEFAULT_PORT}") });
+        endpoints.push(if has_port { format!("{http}://{host}") } else { format!("{http}://{host}:{DEFAULT_PORT}") });
     }
     let path = percent_decode(path.trim_matches('/'));
     let prefix = if path.is_empty() { DEFAULT_PREFIX.to_string() } else { format!("/{path}/") };
-    Ok(Target { endpoints, user, prefix })
+    Ok(Target { endpoints, user, prefix, tls: tls.then_some(files) })
+}
+
+/// The client's TLS settings: the CA file or else the system's CAs, and a client certificate.
+fn tls_options(files: &TlsFiles, shown: &str) -> Result<TlsOptions> {
+    let read = |what: &str, path: &Option<String>| -> Result<Option<Vec<u8>>> {
+        path.as_ref()
+            .map(|path| {
+                std::fs::read(path)
+                    .map_err(|e| StoreError::refused(format!("etcd store {shown}: cannot read {what}={path}: {e}")))
+            })
+            .transpose()
+    };
+    let mut options = match read("cacert", &files.cacert)? {
+        Some(pem) => TlsOptions::new().ca_certificate(Certificate::from_pem(pem)),
+        None => TlsOptions::new().with_native_roots(),
+    };
+    if let (Some(cert), Some(key)) = (read("cert", &files.cert)?, read("key", &files.key)?) {
+        options = options.identity(Identity::from_pem(cert, key));
+    }
+    Ok(options)
 }
 
 /// `%XX` escapes in a URL part (a password may need them for `@`, `:` or `/`).
@@ -161,6 +204,9 @@ fn percent_decode(s: &str) -> String {
 /// Whether an etcd error may pass on retry: unreachable, timed out, no leader, overloaded.
 /// Bad credentials, missing permissions and invalid requests will not.
 fn transient(err: &etcd_client::Error) -> bool {
+    if super::is_tls_refusal(&describe(err)) {
+        return false;
+    }
     match err {
         etcd_client::Error::GRpcStatus(status) => {
             // gRPC codes: 3 InvalidArgument (etcd's "invalid user ID or password"),
@@ -242,6 +288,9 @@ impl EtcdStore {
         let mut options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(REQUEST_TIMEOUT);
         if let Some((user, password)) = &target.user {
             options = options.with_user(user.clone(), password.clone()).with_auto_token_refresh(true);
+        }
+        if let Some(files) = &target.tls {
+            options = options.with_tls(tls_options(files, &shown)?);
         }
         let error = |e: &etcd_client::Error| {
             let message = format!("etcd store {shown}: {}", describe(e));
@@ -650,8 +699,20 @@ mod tests {
         assert_eq!(two.endpoints, vec!["http://a:2379", "http://b:2"]);
         assert_eq!(two.user, Some(("u".into(), "p@ss".into())));
         assert_eq!(two.prefix, "/team/x/");
-        assert!(parse_url("etcds://h", "s").unwrap_err().message.contains("not supported yet"));
-        assert!(parse_url("etcd://h?tls=1", "s").unwrap_err().message.contains("not supported yet"));
+        let tls = t("etcds://h?cacert=/ca%20dir/ca.pem&cert=/c.pem&key=/k.pem");
+        assert_eq!(tls.endpoints, vec!["https://h:2379"]);
+        assert_eq!(
+            tls.tls,
+            Some(TlsFiles {
+                cacert: Some("/ca dir/ca.pem".into()),
+                cert: Some("/c.pem".into()),
+                key: Some("/k.pem".into())
+            })
+        );
+        assert_eq!(t("etcd://h?tls=1").tls, Some(TlsFiles::default()));
+        assert!(parse_url("etcd://h?cacert=/ca.pem", "s").unwrap_err().message.contains("need TLS"));
+        assert!(parse_url("etcds://h?cert=/c.pem", "s").unwrap_err().message.contains("go together"));
+        assert!(parse_url("http://h", "s").unwrap_err().message.contains("etcds://"));
         assert!(parse_url("etcd://a,,b", "s").is_err());
     }
 

@@ -166,6 +166,14 @@ pub async fn poll_until_free<S: Store + ?Sized>(store: &S, lock: &str, max_wait:
     }
 }
 
+/// Whether an error's text says a TLS handshake failed for good: a server certificate the
+/// client does not trust, or a client certificate the server refused (a fatal alert).
+/// rustls' errors reach the stores wrapped in I/O or gRPC errors, known only by their text;
+/// retrying them would not help.
+pub fn is_tls_refusal(text: &str) -> bool {
+    ["invalid peer certificate", "received fatal alert", "peer is incompatible"].iter().any(|t| text.contains(t))
+}
+
 /// Longest lock name accepted, in characters.
 pub const MAX_LOCK_NAME: usize = 255;
 

@@ -361,9 +361,7 @@ fn describe(err: &RedisError) -> String {
 /// Whether the TLS handshake failed for good: a certificate the client does not trust, or
 /// one the server refused. rustls reports these as I/O errors, known by their text.
 fn tls_refused(err: &RedisError) -> bool {
-    let text = err.to_string();
-    err.is_io_error()
-        && ["invalid peer certificate", "received fatal alert", "peer is incompatible"].iter().any(|t| text.contains(t))
+    err.is_io_error() && super::is_tls_refusal(&err.to_string())
 }
 
 /// Whether an error may pass if the call is retried.

@@ -15,12 +15,13 @@ pub enum StoreSpec {
     MySql { url: String },
     /// A Redis server: the URL as given (`redis://` or `rediss://`).
     Redis { url: String },
-    /// An etcd cluster: the URL as given (`etcd://host:2379[,host2:2379...]`).
+    /// An etcd cluster: the URL as given (`etcd://host:2379[,host2:2379...]`, `etcds://` for TLS).
     Etcd { url: String },
 }
 
 /// The schemes this build knows, for error messages.
-pub const SCHEMES: &[&str] = &["sqlite", "postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd"];
+pub const SCHEMES: &[&str] =
+    &["sqlite", "postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd", "etcds"];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
 pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
@@ -52,7 +53,7 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
             Ok(spec)
         }
         "redis" | "rediss" => Ok(StoreSpec::Redis { url: url.to_string() }),
-        "etcd" => Ok(StoreSpec::Etcd { url: url.to_string() }),
+        "etcd" | "etcds" => Ok(StoreSpec::Etcd { url: url.to_string() }),
         other => Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
     }
 }

@@ -15,18 +15,32 @@ pub struct Etcd {
     client_port: AtomicU16,
     peer_port: AtomicU16,
     process: Mutex<Option<Child>>,
+    /// With `start_tls`: the certificates, and a second client port that speaks only TLS.
+    tls: Option<(super::tls::Certs, AtomicU16)>,
 }
 
 impl Etcd {
     /// Start a new server; panics with the reason if it cannot.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Start a server that also listens for TLS clients with a certificate (see `tls_url`).
+    pub fn start_tls() -> Self {
+        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))))
+    }
+
+    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-etcd-").tempdir().expect("create a temp dir");
-        let etcd =
-            Self { dir, client_port: AtomicU16::new(0), peer_port: AtomicU16::new(0), process: Mutex::new(None) };
+        let (client_port, peer_port, process) = (AtomicU16::new(0), AtomicU16::new(0), Mutex::new(None));
+        let etcd = Self { dir, client_port, peer_port, process, tls };
         // A port is free when chosen, but another process may take it first: try a few.
         for attempt in 0.. {
             etcd.client_port.store(super::free_port(), Ordering::SeqCst);
             etcd.peer_port.store(super::free_port(), Ordering::SeqCst);
+            if let Some((_, tls_port)) = &etcd.tls {
+                tls_port.store(super::free_port(), Ordering::SeqCst);
+            }
             match etcd.try_start() {
                 Ok(()) => break,
                 Err(why) if attempt >= 4 => panic!("etcd does not start: {why}"),
@@ -39,6 +53,20 @@ impl Etcd {
     /// `etcd://127.0.0.1:PORT`
     pub fn url(&self) -> String {
         format!("etcd://127.0.0.1:{}", self.port())
+    }
+
+    /// `etcds://127.0.0.1:TLS_PORT?cacert=CA&cert=CLIENT&key=CLIENT_KEY` (only with `start_tls`:
+    /// the server asks for a client certificate).
+    pub fn tls_url(&self) -> String {
+        let (certs, port) = self.tls.as_ref().expect("started with start_tls");
+        let (ca, cert, key) = (certs.ca(), certs.client_cert(), certs.client_key());
+        let port = port.load(Ordering::SeqCst);
+        format!("etcds://127.0.0.1:{port}?cacert={}&cert={}&key={}", ca.display(), cert.display(), key.display())
+    }
+
+    /// The certificates of a server started with `start_tls`.
+    pub fn certs(&self) -> &super::tls::Certs {
+        &self.tls.as_ref().expect("started with start_tls").0
     }
 
     /// The client port.
@@ -88,11 +116,24 @@ impl Etcd {
             .open(self.dir.path().join("log"))
             .map_err(|e| format!("cannot create the log: {e}"))?;
         let data = self.dir.path().join("data");
+        let (mut clients, mut tls_args) = (client.clone(), Vec::new());
+        if let Some((certs, tls_port)) = &self.tls {
+            clients.push_str(&format!(",https://127.0.0.1:{}", tls_port.load(Ordering::SeqCst)));
+            for (flag, path) in [
+                ("--cert-file", certs.server_cert()),
+                ("--key-file", certs.server_key()),
+                ("--trusted-ca-file", certs.ca()),
+            ] {
+                tls_args.push(format!("{flag}={}", path.display()));
+            }
+            tls_args.push("--client-cert-auth".to_string());
+        }
         let child = Command::new("etcd")
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .args(["--name", "t", "--data-dir", data.to_str().unwrap()])
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-client-urls", &clients, "--advertise-client-urls", &clients])
+            .args(&tls_args)
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .arg(format!("--initial-cluster=t={peer}"))
             .arg("--unsafe-no-fsync")
