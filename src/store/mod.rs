@@ -19,6 +19,8 @@ pub mod mysql;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod release_feed;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod url;

@@ -49,8 +49,9 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Row, SqlSafeStr, SqlStr};
 use tokio::sync::Mutex;
-use tokio::time::{timeout, Instant};
+use tokio::time::timeout;
 
+use super::release_feed::{self, Heard, ReleaseFeed};
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
@@ -343,22 +344,12 @@ impl PostgresStore {
         self.pool.acquire().await.map_err(|e| self.error(e))
     }
 
-    /// Whether the lock looks held; an error counts as "maybe not" (the caller re-reads).
-    async fn looks_held(&self, lock: &str) -> bool {
-        matches!(self.status(lock).await, Ok(record) if record.is_held())
-    }
-
     async fn listen(&self) -> std::result::Result<PgListener, sqlx::Error> {
         let mut listener = PgListener::connect_with(&self.listen_pool).await?;
         // A lost connection is reported to us (we re-read: a release may have been missed).
         listener.eager_reconnect(false);
         listener.listen(CHANNEL).await?;
         Ok(listener)
-    }
-
-    /// Poll the lock until it looks free or `deadline` passes.
-    async fn poll(&self, lock: &str, deadline: Instant) {
-        super::poll_until_free(self, lock, deadline.saturating_duration_since(Instant::now()), POLL).await
     }
 }
 
@@ -527,44 +518,19 @@ impl Store for PostgresStore {
     /// that came before it only makes this return early (harmless: the caller re-reads).
     /// A listener that was just (re)connected may have missed a release: read once then.
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        let deadline = Instant::now() + max_wait;
-        // Another task of this process is listening: poll rather than queue behind it.
-        let Ok(mut guard) = self.listener.try_lock() else {
-            return self.poll(lock, deadline).await;
-        };
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            let listener = match guard.as_mut() {
-                Some(listener) => listener,
-                None => match timeout(left, self.listen()).await {
-                    Ok(Ok(listener)) => {
-                        let listener = guard.insert(listener);
-                        if !self.looks_held(lock).await {
-                            return;
-                        }
-                        listener
-                    }
-                    // Poll for this wait; the next one tries to listen again.
-                    Ok(Err(err)) => {
-                        tracing::debug!("cannot listen for releases, polling: {}", self.error(err));
-                        return self.poll(lock, deadline).await;
-                    }
-                    Err(_) => return,
-                },
-            };
-            match timeout(left, listener.try_recv()).await {
-                Err(_) => return,
-                Ok(Ok(Some(notification))) if notification.payload() == lock => return,
-                Ok(Ok(Some(_))) => continue,
-                // The connection was lost: a release may have gone unheard.
-                Ok(Ok(None)) | Ok(Err(_)) => {
-                    *guard = None;
-                    return;
-                }
-            }
+        let open = || async { self.listen().await.map_err(|err| self.error(err).message) };
+        release_feed::wait_for_release(self, &self.listener, open, lock, max_wait, ACQUIRE_TIMEOUT, POLL).await
+    }
+}
+
+/// NOTIFY's payload is the released lock's name.
+#[async_trait]
+impl ReleaseFeed for PgListener {
+    async fn next(&mut self) -> Heard {
+        match self.try_recv().await {
+            Ok(Some(notification)) => Heard::Released(notification.payload().to_string()),
+            // The connection was lost: a release may have gone unheard.
+            Ok(None) | Err(_) => Heard::Lost,
         }
     }
 }

@@ -52,8 +52,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
-use tokio::time::{timeout, Instant};
 
+use super::release_feed::{self, Heard, ReleaseFeed};
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
@@ -249,6 +249,22 @@ struct Subscription {
     messages: UnboundedReceiver<PushInfo>,
 }
 
+#[async_trait]
+impl ReleaseFeed for Subscription {
+    async fn next(&mut self) -> Heard {
+        match self.messages.recv().await {
+            // [channel, payload]: the payload is the released lock's name.
+            Some(PushInfo { kind: PushKind::Message, data }) => match data.get(1) {
+                Some(Value::BulkString(name)) => Heard::Released(String::from_utf8_lossy(name).into_owned()),
+                _ => Heard::Nothing,
+            },
+            Some(PushInfo { kind: PushKind::Disconnection, .. }) | None => Heard::Lost,
+            // Subscription confirmations and the like.
+            Some(_) => Heard::Nothing,
+        }
+    }
+}
+
 pub struct RedisStore {
     client: Client,
     conn: ConnectionManager,
@@ -307,11 +323,6 @@ impl RedisStore {
         StoreError::refused(format!("Redis store {}: unexpected answer to {op}: {value:?}", self.shown))
     }
 
-    /// Whether the lock looks held; an error counts as "maybe not" (the caller re-reads).
-    async fn looks_held(&self, lock: &str) -> bool {
-        matches!(self.read(lock).await, Ok(record) if record.is_held())
-    }
-
     /// Subscribe on a new RESP3 connection: its messages arrive on a channel, and so does
     /// the news that the connection was lost.
     async fn subscribe(&self) -> std::result::Result<Subscription, RedisError> {
@@ -326,11 +337,6 @@ impl RedisStore {
         let mut connection = client.get_multiplexed_async_connection_with_config(&config).await?;
         connection.subscribe(self.channel()).await?;
         Ok(Subscription { _connection: connection, messages })
-    }
-
-    /// Poll the lock until it looks free or `deadline` passes.
-    async fn poll(&self, lock: &str, deadline: Instant) {
-        super::poll_until_free(self, lock, deadline.saturating_duration_since(Instant::now()), POLL).await
     }
 }
 
@@ -524,51 +530,8 @@ impl Store for RedisStore {
     /// that came before it only makes this return early (harmless: the caller re-reads).
     /// A subscription that was just made may have missed a release: read once then.
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        let deadline = Instant::now() + max_wait;
-        // Another task of this process is listening: poll rather than queue behind it.
-        let Ok(mut guard) = self.pubsub.try_lock() else {
-            return self.poll(lock, deadline).await;
-        };
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            let subscription = match guard.as_mut() {
-                Some(subscription) => subscription,
-                None => match timeout(left.min(TIMEOUT), self.subscribe()).await {
-                    Ok(Ok(subscription)) => {
-                        let subscription = guard.insert(subscription);
-                        if !self.looks_held(lock).await {
-                            return;
-                        }
-                        subscription
-                    }
-                    // Poll for this wait; the next one tries to subscribe again.
-                    Ok(Err(err)) => {
-                        tracing::debug!("cannot subscribe to releases, polling: {}", error(&self.shown, err));
-                        return self.poll(lock, deadline).await;
-                    }
-                    Err(_) => return self.poll(lock, deadline).await,
-                },
-            };
-            match timeout(left, subscription.messages.recv()).await {
-                Err(_) => return,
-                // [channel, payload]: a release of this lock.
-                Ok(Some(PushInfo { kind: PushKind::Message, data })) => {
-                    if matches!(data.get(1), Some(Value::BulkString(name)) if name == lock.as_bytes()) {
-                        return;
-                    }
-                }
-                // The connection was lost: a release may have gone unheard.
-                Ok(Some(PushInfo { kind: PushKind::Disconnection, .. })) | Ok(None) => {
-                    *guard = None;
-                    return;
-                }
-                // Subscription confirmations and the like.
-                Ok(Some(_)) => continue,
-            }
-        }
+        let open = || async { self.subscribe().await.map_err(|err| error(&self.shown, err).message) };
+        release_feed::wait_for_release(self, &self.pubsub, open, lock, max_wait, TIMEOUT, POLL).await
     }
 }
 
