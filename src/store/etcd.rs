@@ -32,8 +32,9 @@
 //!   A store that has not seen the lease (another process renewing with it) reads the key
 //!   first. etcd renews a lease to its GRANTED TTL (the acquire's ceil(ttl), or etcd's
 //!   minimum, see below); the elector renews with the ttl it acquired with.
-//! - release: a transaction guarded by the mod revision read deletes the key (waiters'
-//!   watches see the DELETE), then the lease is revoked. With --min-hold the key is instead
+//! - release: revoking the lease, which deletes the key attached to it (waiters' watches see
+//!   the DELETE); a store that did not take the lease itself reads the key and deletes it in a
+//!   transaction guarded by the mod revision read, then revokes the lease. With --min-hold the key is instead
 //!   re-put on a new lease of the time left, which keeps its create revision (the token).
 //! - revoke: a guarded re-put with `revoked: true` that keeps the lease: nothing is freed.
 //! - changed: a watch on the lock key from the revision of a read, so a delete between
@@ -573,6 +574,20 @@ impl Store for EtcdStore {
     }
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        if let (Some(held), true) = (self.remembered(lease), keep.is_zero()) {
+            // One request: revoking the etcd lease deletes the key attached to it (waiters'
+            // watches see the DELETE) and nothing else. A key some other lease holds is
+            // untouched, and a lease that has lapsed is gone already.
+            let lease_id = held.lease_id;
+            let revoked = self.call("lease-revoke", |mut c| async move { c.lease_revoke(lease_id).await }).await;
+            match revoked {
+                Ok(_) => {}
+                Err(e) if e.message.contains("lease not found") => {}
+                Err(e) => return Err(e),
+            }
+            self.forget(lease);
+            return Ok(());
+        }
         self.forget(lease);
         for _ in 0..MAX_RACES {
             let Some(kv) = self.get_lock(&lease.lock).await? else {
