@@ -177,7 +177,7 @@ fn parse_args() -> Result<Config, String> {
                 println!(
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
-                     [--store sqlite|postgres|mariadb]"
+                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper]"
                 );
                 std::process::exit(0);
             }
@@ -606,7 +606,12 @@ fn main() {
     let supervisor = run.supervise();
     let mut applied = Vec::new();
     let mut liveness_failure = false;
+    let interrupted = stop_on_interrupt();
     for n in 0..run.config.faults {
+        if interrupted.load(Ordering::SeqCst) {
+            eprintln!("leaderrun-faultrun: interrupted after {n} faults; checking those");
+            break;
+        }
         let gap = rng.random_range(run.config.gap_min.as_secs_f64()..=run.config.gap_max.as_secs_f64());
         thread::sleep(Duration::from_secs_f64(gap));
         let Some((holder, wrapper)) = run.current_holder() else {
@@ -647,6 +652,22 @@ fn main() {
     let failed = report.failed || liveness_failure;
     drop(run);
     std::process::exit(if failed { 1 } else { 0 });
+}
+
+/// SIGINT or SIGTERM ends the run after the fault under way, so that it is still checked
+/// and the store's server, proxies and contenders are stopped rather than left behind.
+fn stop_on_interrupt() -> &'static AtomicBool {
+    static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+    extern "C" fn on_signal(_: libc::c_int) {
+        INTERRUPTED.store(true, Ordering::SeqCst);
+    }
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
+    let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::SA_RESTART, SigSet::empty());
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { sigaction(signal, &action) }.expect("install a signal handler");
+    }
+    &INTERRUPTED
 }
 
 /// Append a line of the run's own to the shared log (one write, O_APPEND).
