@@ -33,9 +33,10 @@
 //!   first. etcd renews a lease to its GRANTED TTL (the acquire's ceil(ttl), or etcd's
 //!   minimum, see below); the elector renews with the ttl it acquired with.
 //! - release: revoking the lease, which deletes the key attached to it (waiters' watches see
-//!   the DELETE); a store that did not take the lease itself reads the key and deletes it in a
-//!   transaction guarded by the mod revision read, then revokes the lease. With --min-hold the key is instead
-//!   re-put on a new lease of the time left, which keeps its create revision (the token).
+//!   the DELETE); a store that did not take the lease itself reads the key and deletes it in
+//!   a transaction guarded by the mod revision read, then revokes the lease. With --min-hold
+//!   the key is instead re-put on a new lease of the time left, which keeps its create
+//!   revision (the token).
 //! - revoke: a guarded re-put with `revoked: true` that keeps the lease: nothing is freed.
 //! - changed: a watch on the lock key from the revision of a read, so a delete between
 //!   the read and the watch is not missed.
@@ -164,14 +165,7 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
 
 /// The client's TLS settings: the CA file or else the system's CAs, and a client certificate.
 fn tls_options(files: &TlsFiles, shown: &str) -> Result<TlsOptions> {
-    let read = |what: &str, path: &Option<String>| -> Result<Option<Vec<u8>>> {
-        path.as_ref()
-            .map(|path| {
-                std::fs::read(path)
-                    .map_err(|e| StoreError::refused(format!("etcd store {shown}: cannot read {what}={path}: {e}")))
-            })
-            .transpose()
-    };
+    let read = |param: &str, path: &Option<String>| super::read_url_file("etcd", shown, param, path.as_deref());
     let mut options = match read("cacert", &files.cacert)? {
         Some(pem) => TlsOptions::new().ca_certificate(Certificate::from_pem(pem)),
         None => TlsOptions::new().with_native_roots(),

@@ -176,6 +176,16 @@ pub fn is_tls_refusal(text: &str) -> bool {
     ["invalid peer certificate", "received fatal alert", "peer is incompatible"].iter().any(|t| text.contains(t))
 }
 
+/// The contents of a file a store URL names (`cacert=`, `cert=`, `key=`), if it names one;
+/// a file that cannot be read is refused in one line (`store` and `shown` say which URL).
+pub fn read_url_file(store: &str, shown: &str, param: &str, path: Option<&str>) -> Result<Option<Vec<u8>>> {
+    path.map(|path| {
+        std::fs::read(path)
+            .map_err(|e| StoreError::refused(format!("{store} store {shown}: cannot read {param}={path}: {e}")))
+    })
+    .transpose()
+}
+
 /// Longest lock name accepted, in characters.
 pub const MAX_LOCK_NAME: usize = 255;
 

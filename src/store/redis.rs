@@ -227,11 +227,7 @@ fn client(redis_url: &str, extras: &Extras, shown: &str) -> Result<Client> {
     if !redis_url.to_ascii_lowercase().starts_with("rediss:") {
         return Err(refused("cacert=, cert= and key= need a TLS URL (rediss://)".into()));
     }
-    let read = |what: &str, path: &Option<String>| -> Result<Option<Vec<u8>>> {
-        path.as_ref()
-            .map(|path| std::fs::read(path).map_err(|e| refused(format!("cannot read {what}={path}: {e}"))))
-            .transpose()
-    };
+    let read = |param: &str, path: &Option<String>| super::read_url_file("Redis", shown, param, path.as_deref());
     let (root_cert, cert, key) =
         (read("cacert", &extras.cacert)?, read("cert", &extras.cert)?, read("key", &extras.key)?);
     let client_tls = match (cert, key) {
