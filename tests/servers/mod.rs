@@ -5,8 +5,10 @@
 
 pub mod etcd;
 pub mod mariadb;
+pub mod nats;
 pub mod postgres;
 pub mod redis;
+pub mod zookeeper;
 
 /// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
 pub fn free_port() -> u16 {
