@@ -110,12 +110,12 @@ pub const STORES: &[(&str, &str)] = &[
     ),
     (
         "zk://[user:pass@]host:2181[,host2:2181...][/path]",
-        "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl: an ephemeral sequential \
-         child of the lock's node, the lowest child holding it; the fencing token is its sequence number + 1. \
-         Expiry is judged by the ZooKeeper leader; a ttl above the server's maxSessionTimeout is refused. Renewals \
-         sync and read the child on its own session; waiters watch the holder's child. user:pass is the digest \
-         scheme, with creator-only ACLs. --min-hold is judged on wall clocks. Never delete the lock nodes by hand. \
-         TLS is not supported yet.",
+        "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl + 25%: an ephemeral \
+         sequential child of the lock's node, the lowest child holding it; the fencing token is its sequence \
+         number + 1. Expiry is judged by the ZooKeeper leader; a session longer than the server's \
+         maxSessionTimeout is refused. Renewals sync and read the child on its own session; waiters watch the \
+         holder's child. user:pass is the digest scheme, with creator-only ACLs. --min-hold is judged on wall \
+         clocks. Never delete the lock nodes by hand. TLS is not supported yet.",
     ),
     (
         "grants",

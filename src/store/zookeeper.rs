@@ -10,13 +10,14 @@
 //!   revoked, session_timeout_ms}` (JSON). The lowest-numbered child holds the lock.
 //!
 //! The lease is a ZooKeeper session. Each acquisition gets a session of its own whose timeout is
-//! the ttl (in ms, rounded up); its child lives as long as that session does. ZooKeeper's leader
-//! expires a session when it has heard nothing from its client for the session timeout, on its
-//! own clock, and rounds that up to the next expiry bucket (a tick); after a leader change or a
-//! restart every session gets a fresh full timeout. Expiry is only ever later, never earlier.
-//! If the server negotiates a timeout SHORTER than the ttl (its `maxSessionTimeout`, 20 ticks by
-//! default), acquire is refused: the server would expire the lease before the holder's deadline.
-//! A longer one (its `minSessionTimeout`, 2 ticks by default) is safe: takeover is slower.
+//! the ttl + 25% (in ms, rounded up; see `session_for` for why the quarter); its child lives as
+//! long as that session does. ZooKeeper's leader expires a session when it has heard nothing from
+//! its client for the session timeout, on its own clock, and rounds that up to the next expiry
+//! bucket (a tick); after a leader change or a restart every session gets a fresh full timeout.
+//! Expiry is only ever later, never earlier. If the server negotiates a timeout SHORTER than
+//! asked (its `maxSessionTimeout`, 20 ticks by default), acquire is refused: the server could
+//! expire the lease before the holder's deadline. A longer one (its `minSessionTimeout`, 2 ticks
+//! by default) is safe: takeover is slower.
 //!
 //! - acquire: read first (a held lock needs no write); else create an ephemeral sequential child
 //!   and list the children: if ours is the lowest, the lock is ours (the recipe of ZooKeeper's
@@ -25,11 +26,14 @@
 //! - fencing token = the child's sequence number + 1 (so that 0 stays "never acquired"). Sequence
 //!   numbers come from the parent's child counter, which only grows while the parent exists, and a
 //!   later winner always has a later child. The winner writes its token into the parent's data
-//!   (guarded by the data version, only ever larger).
+//!   (guarded by the data version, only ever larger). That counter is a signed 32-bit integer
+//!   that every child creation and deletion moves on: after about a billion acquisitions of ONE
+//!   lock name it would wrap, so such a lock then needs a new name (or path).
 //! - renew: `sync`, then read our child ON THE SESSION THAT OWNS IT: gone → lost; revoked or
 //!   another holder → lost (with the record); else renewed. The request itself tells the server
-//!   the session is alive, so the server cannot expire it before the request's arrival + the
-//!   session timeout ≥ send time + ttl. Between renewals the client library's heartbeats keep the
+//!   the session is alive, so the leader cannot expire it before send time + ttl (`session_for`);
+//!   `sync` goes through the leader, so a server cut off from it cannot confirm a renewal.
+//!   Between renewals the client library's heartbeats keep the
 //!   session alive too; to make a lease that its holder stops renewing lapse as in every other
 //!   store, the store stops a lease's session (without closing it: no more heartbeats, the server
 //!   expires it one session timeout later) once `ttl` has passed since the latest renewal request
@@ -82,9 +86,9 @@ pub const DEFAULT_ROOT: &str = "/leaderrun";
 const DEFAULT_PORT: u16 = 2181;
 /// Bound on every request (the elector bounds its calls too, usually tighter).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Session timeout asked for by sessions that only read (leaderrun's default --ttl, so that a
-/// run with the default reuses its first session for the lease).
-const READ_SESSION: Duration = Duration::from_secs(15);
+/// leaderrun's default --ttl: sessions opened to read are made for it, so that a run with the
+/// default reuses its first session for the lease.
+const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// Pause after a failed watch, so a waiter does not spin while the ensemble is down.
 const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// Guarded writes retried this often when a node changes under them before giving up.
@@ -231,6 +235,18 @@ fn ceil_ms(d: Duration) -> u64 {
     (d.as_nanos().div_ceil(1_000_000) as u64).max(1)
 }
 
+/// The session timeout a lease of `ttl` needs: a quarter more, rounded up to whole ms.
+///
+/// A server passes its clients' activity on to the leader (which expires sessions) at its next
+/// tick; one that loses the leader right after answering a renewal may never pass that one on,
+/// and the leader then times the session from the client's activity before it. The client
+/// library is never silent for more than a fifth of the session timeout (it heartbeats after
+/// 3/20 of it, checked every 1/20), so the session lasts at least 4/5 of its timeout after any
+/// renewal was sent: 4/5 × 5/4 × ttl = ttl.
+fn session_for(ttl: Duration) -> Duration {
+    Duration::from_millis(ceil_ms(ttl).saturating_mul(5).div_ceil(4))
+}
+
 /// Whether an error may pass on retry: no server reachable, connection lost, timed out,
 /// throttled, session lost (a new one is opened). Missing permissions and bad requests will not.
 fn transient(err: &ZkError) -> bool {
@@ -361,7 +377,7 @@ impl ZooKeeperStore {
             shown,
             inner: Arc::new(Mutex::new(Inner::default())),
         };
-        let zk = store.connect(READ_SESSION).await?;
+        let zk = store.connect(session_for(DEFAULT_TTL)).await?;
         let root = store.root.clone();
         match store.req("open", &zk, |c| c.get_children(&root)).await {
             Ok(_) | Err(ZkError::NoNode) => {}
@@ -460,7 +476,7 @@ impl ZooKeeperStore {
     }
 
     async fn new_spare(&self) -> Result<Zk> {
-        let zk = self.connect(READ_SESSION).await?;
+        let zk = self.connect(session_for(DEFAULT_TTL)).await?;
         let mut inner = self.inner.lock().unwrap();
         match inner.spare.clone().filter(Zk::live) {
             Some(other) => Ok(other),
@@ -767,15 +783,16 @@ impl ZooKeeperStore {
 #[async_trait]
 impl Store for ZooKeeperStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        let wanted = Duration::from_millis(ceil_ms(ttl));
+        let (ttl, wanted) = (Duration::from_millis(ceil_ms(ttl)), session_for(ttl));
         let zk = self.take_session(wanted).await?;
         if zk.granted() < wanted {
             let message = format!(
-                "zookeeper store {}: the server grants sessions of {} ms, shorter than the ttl of {} ms: raise the \
-                 server's maxSessionTimeout (20 ticks by default) or use a shorter --ttl",
+                "zookeeper store {}: the server grants sessions of {} ms, shorter than the {} ms a ttl of {} ms needs \
+                 (ttl + 25%): raise the server's maxSessionTimeout (20 ticks by default) or use a shorter --ttl",
                 self.shown,
                 zk.granted().as_millis(),
-                wanted.as_millis()
+                wanted.as_millis(),
+                ttl.as_millis()
             );
             self.give_back(zk);
             return Err(StoreError::refused(message));
@@ -784,7 +801,7 @@ impl Store for ZooKeeperStore {
         match self.acquire_on(&zk, lock, identity).await {
             Ok(Attempt::Won(lease)) => {
                 let path = self.lease_path(&lease).expect("a won lease has a token");
-                let held = Held { zk, ttl: wanted, renewed_at: sent };
+                let held = Held { zk, ttl, renewed_at: sent };
                 self.inner.lock().unwrap().leases.insert(path.clone(), held);
                 self.expire_unrenewed(path);
                 Ok(Acquire::Won(lease))
@@ -830,12 +847,12 @@ impl Store for ZooKeeperStore {
             self.forget(&path);
             return Ok(Renew::Lost(None));
         }
-        let wanted = Duration::from_millis(ceil_ms(ttl));
+        let (ttl, wanted) = (Duration::from_millis(ceil_ms(ttl)), session_for(ttl));
         if zk.granted() < wanted {
             return Err(StoreError::refused(format!(
                 "zookeeper store {}: cannot renew for {} ms a lease whose session times out after {} ms",
                 self.shown,
-                wanted.as_millis(),
+                ttl.as_millis(),
                 zk.granted().as_millis()
             )));
         }
@@ -859,7 +876,7 @@ impl Store for ZooKeeperStore {
         match inner.leases.get_mut(&path) {
             Some(held) => {
                 held.renewed_at = held.renewed_at.max(sent);
-                held.ttl = wanted;
+                held.ttl = ttl;
                 Ok(Renew::Renewed)
             }
             // Given up while the request was out.
@@ -1031,6 +1048,8 @@ mod tests {
         assert_eq!(ceil_ms(Duration::from_micros(300_001)), 301);
         assert_eq!(ceil_ms(Duration::from_secs(30)), 30_000);
         assert_eq!(ceil_ms(Duration::ZERO), 1);
+        assert_eq!(session_for(Duration::from_secs(15)), Duration::from_millis(18_750));
+        assert_eq!(session_for(Duration::from_millis(1001)), Duration::from_millis(1252));
     }
 
     #[test]
