@@ -129,3 +129,16 @@ async fn the_path_separates_users_of_one_ensemble() {
     assert_eq!(listed[0].holder.as_deref(), Some("b"));
     assert_eq!(default.status(&lock).await.unwrap().holder.as_deref(), Some("a"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_session_outlasts_the_ttl_by_a_quarter() {
+    let h = zk().await;
+    let store = h.open().await;
+    let lock = unique("quarter");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    // The holder's session timeout is the most the lease can have left, and it must cover a
+    // full ttl after any renewal even when that renewal's news never reached the leader.
+    let status = store.status(&lock).await.unwrap();
+    assert_eq!(status.expires_in, Some(TTL * 5 / 4), "{status:?}");
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+}

@@ -379,7 +379,7 @@ impl ZooKeeperStore {
         };
         let zk = store.connect(session_for(DEFAULT_TTL)).await?;
         let root = store.root.clone();
-        match store.req("open", &zk, |c| c.get_children(&root)).await {
+        match store.req("open", &zk, |c| c.get_data(&root)).await {
             Ok(_) | Err(ZkError::NoNode) => {}
             Err(e) => return Err(store.error("open", &e)),
         }
