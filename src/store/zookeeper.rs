@@ -33,12 +33,12 @@
 //!   another holder → lost (with the record); else renewed. The request itself tells the server
 //!   the session is alive, so the leader cannot expire it before send time + ttl (`session_for`);
 //!   `sync` goes through the leader, so a server cut off from it cannot confirm a renewal.
-//!   Between renewals the client library's heartbeats keep the
-//!   session alive too; to make a lease that its holder stops renewing lapse as in every other
-//!   store, the store stops a lease's session (without closing it: no more heartbeats, the server
-//!   expires it one session timeout later) once `ttl` has passed since the latest renewal request
-//!   that succeeded. A renewal through another client (any client may renew with the lease) only
-//!   confirms that the child exists and is not revoked: it cannot touch the owner's session.
+//!   Between renewals the client library's heartbeats keep the session alive too; so that a lease
+//!   its holder stops renewing lapses as in every other store, the store gives a lease's session
+//!   up (without closing it: no more heartbeats, the server expires it one session timeout later)
+//!   once `ttl` has passed since the latest renewal request that succeeded. A renewal through
+//!   another client (any client may renew with the lease) only confirms that the child exists, is
+//!   ephemeral and is not revoked: it cannot touch the owner's session.
 //! - release: delete our child (waiters watching it wake up). With --min-hold and time left, one
 //!   multi-op replaces the ephemeral child with a persistent one at the same path, data
 //!   `{..., keep_until_ms}`: it outlives the session, and an acquirer that finds it lowest and
@@ -133,7 +133,10 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if matches!(key, "tls" | "secure" | "zookeeper.client.secure") && !matches!(value, "0" | "false") {
+        if matches!(key, "tls" | "secure" | "zookeeper.client.secure") {
+            if matches!(value, "0" | "false") {
+                continue;
+            }
             return Err(bad("TLS (ZooKeeper's secureClientPort) is not supported yet; use zk:// on a trusted network"));
         }
         tracing::warn!("zookeeper store {shown}: ignoring the unknown parameter {key:?}");
@@ -1008,6 +1011,7 @@ mod tests {
         assert_eq!(two.root, "/team/x");
         assert!(parse_url("zk://h?tls=1", "s").unwrap_err().message.contains("not supported yet"));
         assert!(parse_url("zk://h?zookeeper.client.secure=true", "s").unwrap_err().message.contains("not supported"));
+        assert_eq!(t("zk://h?tls=false").hosts, "h:2181");
         assert!(parse_url("zk://a,,b", "s").is_err());
         assert!(parse_url("zk://h/a//b", "s").is_err());
         assert!(parse_url("zk://h/a/../b", "s").is_err());
