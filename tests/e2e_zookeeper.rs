@@ -1,6 +1,7 @@
 //! End-to-end tests of the `leaderrun` binary against a real ZooKeeper server (one per test):
-//! a cron fleet, `--wait` handover, a wrong password that never shows, and a holder riding out
-//! a short outage. Fencing tokens are sequence numbers + 1: they increase, but losers' attempts
+//! a cron fleet, `--wait` handover, a wrong password that never shows, a holder riding out a
+//! short outage, a killed holder replaced once its session times out, and an outage longer
+//! than the lease. Fencing tokens are sequence numbers + 1: they increase, but losers' attempts
 //! use numbers too.
 
 mod common;
@@ -91,4 +92,57 @@ fn a_holder_rides_out_a_short_outage() {
     // A clean exit of a --wait holder frees the lock at once.
     let (code, after) = status_json(&sb, &url, "worker");
     assert_eq!((code, &after["fencing_token"]), (1, &before["fencing_token"]), "free, last token kept: {after}");
+}
+
+#[test]
+fn a_killed_holder_is_replaced_once_its_session_times_out() {
+    let (zk, sb) = (ZooKeeper::start(), Sandbox::new());
+    let url = zk.url();
+    // Each child holds a file lock for its whole life, so two children at once are caught.
+    let script = r#"exec 9>>"$D/flock"; flock -n 9 || echo "OVERLAP" >> "$D/events"
+echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"; exec sleep 1000"#;
+    let timing = ["--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"];
+    let args = [&["--lock", "worker", "--wait"][..], &timing, &["--", "sh", "-c", script]].concat();
+    let first = sb.spawn("first", sb.at(&url, &args));
+    wait_for(|| sb.lines("events").len() == 1, SOON, "the first child");
+    let mut standby = sb.spawn("standby", sb.at(&url, &args));
+
+    // The wrapper dies; its watchdog stops the child by the deadline, and the server expires
+    // the session (no more heartbeats) a session timeout after it last heard of it.
+    first.signal(Signal::SIGKILL);
+    wait_for(|| sb.lines("events").len() == 2, WITHIN_A_LEASE, "the standby's child");
+    let events = sb.lines("events");
+    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children at once: {events:?}");
+    let tokens: Vec<u64> = events.iter().filter_map(|l| l.strip_prefix("start ")?.parse().ok()).collect();
+    assert!(tokens.len() == 2 && tokens[1] > tokens[0], "{events:?}");
+
+    standby.signal(Signal::SIGTERM);
+    assert_eq!(standby.wait_code(SOON), 128 + 15, "stderr {:?}", standby.stderr());
+    sb.wait_no_processes_left(SOON);
+}
+
+#[test]
+fn an_outage_longer_than_the_lease_stops_the_child() {
+    let (zk, sb) = (ZooKeeper::start(), Sandbox::new());
+    let url = zk.url();
+    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
+    let args = ["--lock", "worker", "--wait", "--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"];
+    let mut holder = sb.spawn("holder", sb.at(&url, &[&args[..], &["--", "sh", "-c", script]].concat()));
+    let child = sb.wait_pid("child.pid");
+    let (_, before) = status_json(&sb, &url, "worker");
+
+    zk.stop();
+    assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "lease lost while the child ran; stderr {:?}", holder.stderr());
+    assert!(!pid_alive(child), "the child must be stopped");
+
+    // Back up, the server gives the session a fresh timeout; nobody heartbeats it any more, so
+    // it lapses then, and the next run gets a later token.
+    zk.start_again();
+    wait_for(|| status_json(&sb, &url, "worker").0 == 1, WITHIN_A_LEASE, "the lost lease to lapse on the server");
+    let out = sb
+        .output(sb.at(&url, &["--lock", "worker", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/next""#]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    let next: u64 = sb.read("next").trim().parse().expect("a token");
+    assert!(next > before["fencing_token"].as_u64().expect("a token"), "{next} after {before}");
+    sb.wait_no_processes_left(SOON);
 }
