@@ -111,6 +111,15 @@ pub const STORES: &[(&str, &str)] = &[
          system's CAs or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
     ),
     (
+        "zk://[user:pass@]host:2181[,host2:2181...][/path]",
+        "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl + 25%: an ephemeral \
+         sequential child of the lock's node, the lowest child holding it; the fencing token is its sequence \
+         number + 1. Expiry is judged by the ZooKeeper leader; a session longer than the server's \
+         maxSessionTimeout is refused. Renewals sync and read the child on its own session; waiters watch the \
+         holder's child. user:pass is the digest scheme, with creator-only ACLs. --min-hold is judged on wall \
+         clocks. Never delete the lock nodes by hand. TLS is not supported yet.",
+    ),
+    (
         "grants",
         "PostgreSQL and MySQL need SELECT, INSERT and UPDATE on the table; CREATE only if leaderrun is to create \
          the table on first use (else run the SQL of leaderrun init --print-sql beforehand). Never delete rows by \
@@ -281,7 +290,8 @@ impl LockArg {
 #[derive(Debug, Args)]
 pub struct CommonArgs {
     /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
-    /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379; see STORES.
+    /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379,
+    /// zk://host:2181; see STORES.
     ///
     /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),

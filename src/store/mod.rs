@@ -15,6 +15,8 @@ pub mod etcd;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "nats")]
+pub mod nats;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -24,6 +26,8 @@ mod release_feed;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod url;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 /// A lease this run holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,11 +17,27 @@ pub enum StoreSpec {
     Redis { url: String },
     /// An etcd cluster: the URL as given (`etcd://host:2379[,host2:2379...]`, `etcds://` for TLS).
     Etcd { url: String },
+    /// A NATS JetStream KV bucket: the URL as given (`nats://host:4222[,host2:4222...][/BUCKET]`).
+    Nats { url: String },
+    /// A ZooKeeper ensemble: the URL as given (`zk://host:2181[,host2:2181...][/path]`).
+    ZooKeeper { url: String },
 }
 
 /// The schemes this build knows, for error messages.
-pub const SCHEMES: &[&str] =
-    &["sqlite", "postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd", "etcds"];
+pub const SCHEMES: &[&str] = &[
+    "sqlite",
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "redis",
+    "rediss",
+    "etcd",
+    "etcds",
+    "nats",
+    "zk",
+    "zookeeper",
+];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
 pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
@@ -54,6 +70,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         }
         "redis" | "rediss" => Ok(StoreSpec::Redis { url: url.to_string() }),
         "etcd" | "etcds" => Ok(StoreSpec::Etcd { url: url.to_string() }),
+        "nats" => Ok(StoreSpec::Nats { url: url.to_string() }),
+        "zk" | "zookeeper" => Ok(StoreSpec::ZooKeeper { url: url.to_string() }),
         other => Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
     }
 }
@@ -103,6 +121,10 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::Redis { url } => Ok(Box::new(super::redis::RedisStore::open(url, access).await?)),
         #[cfg(feature = "etcd")]
         StoreSpec::Etcd { url } => Ok(Box::new(super::etcd::EtcdStore::open(url, access).await?)),
+        #[cfg(feature = "nats")]
+        StoreSpec::Nats { url } => Ok(Box::new(super::nats::NatsStore::open(url, access).await?)),
+        #[cfg(feature = "zookeeper")]
+        StoreSpec::ZooKeeper { url } => Ok(Box::new(super::zookeeper::ZooKeeperStore::open(url, access).await?)),
         #[allow(unreachable_patterns)]
         _ => Err(StoreError::refused("this store is not compiled into this build of leaderrun")),
     }
@@ -117,7 +139,7 @@ pub fn schema_sql(spec: &StoreSpec) -> Result<String, String> {
         StoreSpec::Postgres { url } => super::postgres::schema_sql_for_url(url),
         #[cfg(feature = "mysql")]
         StoreSpec::MySql { url } => super::mysql::schema_sql_for_url(url),
-        StoreSpec::Redis { .. } | StoreSpec::Etcd { .. } => {
+        StoreSpec::Redis { .. } | StoreSpec::Etcd { .. } | StoreSpec::Nats { .. } | StoreSpec::ZooKeeper { .. } => {
             Err("this store keeps no tables: there is no SQL to print".into())
         }
         #[allow(unreachable_patterns)]
@@ -129,9 +151,12 @@ pub fn schema_sql(spec: &StoreSpec) -> Result<String, String> {
 pub fn describe(spec: &StoreSpec) -> String {
     match spec {
         StoreSpec::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
-        StoreSpec::Postgres { url } | StoreSpec::MySql { url } | StoreSpec::Redis { url } | StoreSpec::Etcd { url } => {
-            redact(url)
-        }
+        StoreSpec::Postgres { url }
+        | StoreSpec::MySql { url }
+        | StoreSpec::Redis { url }
+        | StoreSpec::Etcd { url }
+        | StoreSpec::Nats { url }
+        | StoreSpec::ZooKeeper { url } => redact(url),
     }
 }
 

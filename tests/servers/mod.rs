@@ -5,9 +5,11 @@
 
 pub mod etcd;
 pub mod mariadb;
+pub mod nats;
 pub mod postgres;
 pub mod redis;
 pub mod tls;
+pub mod zookeeper;
 
 /// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
 pub fn free_port() -> u16 {

@@ -1,0 +1,144 @@
+//! The conformance suite against a real ZooKeeper server (one per test, started in a temporary
+//! directory), and what only this store has: error kinds and messages without the password, a
+//! session timeout the server will not grant, a lease that ends with its session, and the path
+//! in the URL.
+
+mod conformance;
+mod servers;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use conformance::{held, unique, won, Harness, SOON, TTL};
+use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
+use servers::zookeeper::{ZooKeeper, MAX_SESSION_TIMEOUT_MS};
+
+struct ZkHarness {
+    server: ZooKeeper,
+}
+
+async fn zk() -> ZkHarness {
+    ZkHarness { server: tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap() }
+}
+
+async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
+    open(&StoreSpec::ZooKeeper { url: url.to_string() }, access).await.map(Arc::from)
+}
+
+#[async_trait]
+impl Harness for ZkHarness {
+    async fn open(&self) -> Arc<dyn Store> {
+        open_url(&self.server.url(), Access::Create).await.expect("open the ZooKeeper store")
+    }
+
+    async fn restart(&self) {
+        self.server.stop();
+        self.server.start_again();
+    }
+}
+
+conformance_suite!(zk());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_rides_out_a_server_restart() {
+    let h = zk().await;
+    conformance::a_client_rides_out_a_server_restart(&h, || h.server.stop(), || h.server.start_again()).await;
+}
+
+fn check(err: StoreError, kind: ErrorKind, needle: &str) {
+    assert_eq!(err.kind, kind, "{}", err.message);
+    assert!(err.message.contains(needle), "{needle:?} missing from {:?}", err.message);
+    assert!(!err.message.contains("hunter2"), "{}", err.message);
+    assert!(!err.message.contains('\n'), "one line: {:?}", err.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn errors_say_what_went_wrong_without_the_password() {
+    let h = zk().await;
+    let port = h.server.port();
+
+    // The first user creates the root with a creator-only ACL (ZooKeeper's digest scheme).
+    let right = format!("zk://app:hunter2@127.0.0.1:{port}");
+    let store = open_url(&right, Access::Create).await.expect("the right password");
+    let lock = unique("auth");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    store.release(&lease, Duration::ZERO).await.unwrap();
+
+    let wrong = format!("zk://app:hunter2x@127.0.0.1:{port}");
+    check(open_url(&wrong, Access::Create).await.err().unwrap(), ErrorKind::Refused, "app:***@");
+    check(open_url(&wrong, Access::Existing).await.err().unwrap(), ErrorKind::Refused, "not authorized");
+    let anonymous = format!("zk://127.0.0.1:{port}");
+    check(open_url(&anonymous, Access::Create).await.err().unwrap(), ErrorKind::Refused, "not authorized");
+
+    let closed = format!("zk://app:hunter2@127.0.0.1:{}", servers::free_port());
+    check(open_url(&closed, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "***");
+    let tls = format!("zk://app:hunter2@127.0.0.1:{port}?tls=1");
+    check(open_url(&tls, Access::Create).await.err().unwrap(), ErrorKind::Refused, "not supported yet");
+
+    // A ttl longer than the longest session the server grants: the server would expire the
+    // lease before its holder's deadline.
+    let too_long = Duration::from_millis(MAX_SESSION_TIMEOUT_MS + 1000);
+    let err = store.acquire(&unique("long"), "a", too_long).await.expect_err("a session the server will not grant");
+    check(err.clone(), ErrorKind::Refused, "maxSessionTimeout");
+    assert!(err.message.contains(&MAX_SESSION_TIMEOUT_MS.to_string()), "{}", err.message);
+
+    // A server that goes away under an open client: transient.
+    h.server.stop();
+    let err = store.status("x").await.expect_err("the server is down");
+    check(err, ErrorKind::Unavailable, &format!(":{port}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_ends_with_its_session() {
+    let h = zk().await;
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("session");
+    let first = won(&*a, &lock, "a", Duration::from_secs(2)).await;
+    held(&*b, &lock, "b").await;
+    // The holder's process goes away without releasing: its session stops, the server expires
+    // it, and a waiter hears of it.
+    drop(a);
+    let started = Instant::now();
+    let second = loop {
+        if let Acquire::Won(lease) = b.acquire(&lock, "b", TTL).await.unwrap() {
+            break lease;
+        }
+        assert!(started.elapsed() < SOON, "the session of a dropped holder never expired");
+        b.changed(&lock, Duration::from_secs(5)).await;
+    };
+    assert!(second.token > first.token);
+    let fresh = h.open().await;
+    assert!(matches!(fresh.renew(&first, TTL).await.unwrap(), Renew::Lost(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_path_separates_users_of_one_ensemble() {
+    let h = zk().await;
+    let (default, other) =
+        (h.open().await, open_url(&format!("{}/team-b/locks", h.server.url()), Access::Create).await.unwrap());
+    let lock = unique("shared-name");
+    won(&*default, &lock, "a", TTL).await;
+    let lease = won(&*other, &lock, "b", TTL).await;
+    assert_eq!(lease.token, 1, "another path, another token sequence");
+    held(&*other, &lock, "c").await;
+    let listed = other.list().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].holder.as_deref(), Some("b"));
+    assert_eq!(default.status(&lock).await.unwrap().holder.as_deref(), Some("a"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_session_outlasts_the_ttl_by_a_quarter() {
+    let h = zk().await;
+    let store = h.open().await;
+    let lock = unique("quarter");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    // The holder's session timeout is the most the lease can have left, and it must cover a
+    // full ttl after any renewal even when that renewal's news never reached the leader.
+    let status = store.status(&lock).await.unwrap();
+    assert_eq!(status.expires_in, Some(TTL * 5 / 4), "{status:?}");
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+}

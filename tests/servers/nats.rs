@@ -1,0 +1,1 @@
+//! SCAFFOLD: replaced by the throw-away NATS server.

@@ -1,0 +1,165 @@
+//! A throw-away standalone ZooKeeper 3.8 server (Debian's `zookeeper` package): data in a
+//! temporary directory, client port a free port on 127.0.0.1, stopped when dropped.
+//!
+//! `tickTime=500` makes the shortest session 1 s (2 ticks), so a test of a short lease does
+//! not wait long; `maxSessionTimeout=120000` lets the suite's 30 s ttl through;
+//! `maxClientCnxns=0` lifts the limit of 60 connections per client address, since the tests
+//! play whole fleets from 127.0.0.1 (50 contenders, each with a connection or two). Sessions and
+//! nodes are kept in the data directory, so they survive `stop()` and `start_again()`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Where Debian's package puts the server's jar.
+const JAR: &str = "/usr/share/java/zookeeper.jar";
+/// The longest session the server grants (ms).
+pub const MAX_SESSION_TIMEOUT_MS: u64 = 120_000;
+
+pub struct ZooKeeper {
+    dir: tempfile::TempDir,
+    port: AtomicU16,
+    process: Mutex<Option<Child>>,
+}
+
+impl ZooKeeper {
+    /// Start a new server; panics with the reason if it cannot.
+    pub fn start() -> Self {
+        if !Path::new(JAR).exists() || Command::new("java").arg("-version").output().is_err() {
+            panic!("ZooKeeper or Java is missing: apt-get install -y zookeeper");
+        }
+        let dir = tempfile::Builder::new().prefix("leaderrun-zk-").tempdir().expect("create a temp dir");
+        let zk = Self { dir, port: AtomicU16::new(0), process: Mutex::new(None) };
+        // The port is free when chosen, but another process may take it first: try a few.
+        for attempt in 0.. {
+            zk.port.store(super::free_port(), Ordering::SeqCst);
+            match zk.try_start() {
+                Ok(()) => break,
+                Err(why) if attempt >= 4 => panic!("ZooKeeper does not start: {why}"),
+                Err(_) => continue,
+            }
+        }
+        zk
+    }
+
+    /// `zk://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("zk://127.0.0.1:{}", self.port())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port.load(Ordering::SeqCst)
+    }
+
+    /// The running server's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.lock().unwrap().as_ref().map(Child::id)
+    }
+
+    /// Stop the server (SIGTERM) and wait for it; data and sessions are kept.
+    pub fn stop(&self) {
+        if let Some(mut child) = self.process.lock().unwrap().take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+
+    /// Start the stopped server again, on the same port, with the same data.
+    pub fn start_again(&self) {
+        if let Err(why) = self.try_start() {
+            panic!("ZooKeeper does not start again: {why}");
+        }
+    }
+
+    /// Send a four-letter command (`ruok` or `srvr`) and return the answer.
+    pub fn four_letters(&self, command: &str) -> std::io::Result<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port()))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.write_all(command.as_bytes())?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer)?;
+        Ok(answer)
+    }
+
+    fn try_start(&self) -> Result<(), String> {
+        let dir = self.dir.path();
+        let config = format!(
+            "tickTime=500\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=ruok,srvr\nmaxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\nmaxClientCnxns=0\n",
+            dir.join("data").display(),
+            self.port()
+        );
+        std::fs::write(dir.join("zoo.cfg"), config).map_err(|e| format!("cannot write zoo.cfg: {e}"))?;
+        let log4j = "log4j.rootLogger=WARN, CONSOLE\nlog4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n\
+                     log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout\n\
+                     log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n\n";
+        std::fs::write(dir.join("log4j.properties"), log4j)
+            .map_err(|e| format!("cannot write log4j.properties: {e}"))?;
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(dir.join("log"))
+            .map_err(|e| format!("cannot create the log: {e}"))?;
+        let mut child = Command::new("java")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
+            // The jar's manifest names its dependencies; log4j for a readable log.
+            .args([
+                "-cp",
+                "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar",
+            ])
+            .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
+            .arg(format!("-Dlog4j.configuration=file:{}", dir.join("log4j.properties").display()))
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(dir.join("zoo.cfg"))
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot run java (apt-get install -y zookeeper): {e}"))?;
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("ZooKeeper exited with {status}; log: {}", self.log_tail()));
+            }
+            // `ruok` answers before the server takes sessions; `srvr` says when it does.
+            if self.four_letters("srvr").is_ok_and(|answer| answer.contains("Mode: ")) {
+                *self.process.lock().unwrap() = Some(child);
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("not serving within 60 s; log: {}", self.log_tail()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+        // Not the stack traces, nor the noise of clients that went away.
+        let noise =
+            |l: &&str| l.starts_with('\t') || l.contains("EndOfStreamException") || l.contains("Unexpected exception");
+        let tail: Vec<&str> = log.lines().filter(|l| !noise(l)).rev().take(12).collect();
+        format!("{tail:#?}")
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("ZooKeeper's log ends with: {}", self.log_tail());
+        }
+        if let Some(mut child) = self.process.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
