@@ -64,8 +64,9 @@
 //!
 //! Auth: `user:pass@` is ZooKeeper's `digest` scheme; nodes are then created with a creator-only
 //! ACL, so other credentials can neither read nor change them (ZooKeeper keeps no list of users:
-//! a wrong password shows as "not authorized" on the nodes the right one created). Not supported yet: TLS (ZooKeeper's `secureClientPort`, `?tls=1`), refused with
-//! a message saying so. A password never appears in a message: they are built from `url::redact`.
+//! a wrong password shows as "not authorized" on the nodes the right one created).
+//! Not supported yet: TLS (ZooKeeper's `secureClientPort`, `?tls=1`), refused with a message
+//! saying so. A password never appears in a message: they are built from `url::redact`.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
