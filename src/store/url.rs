@@ -24,7 +24,8 @@ pub enum StoreSpec {
 }
 
 /// The schemes this build knows, for error messages.
-pub const SCHEMES: &[&str] = &["sqlite", "postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd", "nats", "zk", "zookeeper"];
+pub const SCHEMES: &[&str] =
+    &["sqlite", "postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd", "nats", "zk", "zookeeper"];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
 pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
