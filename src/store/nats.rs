@@ -74,6 +74,7 @@ use async_nats::{ConnectOptions, HeaderMap};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::{timeout, Instant};
+use tracing::instrument::WithSubscriber;
 
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
@@ -407,7 +408,10 @@ impl NatsStore {
             options = options.add_client_certificate(cert.clone(), key.clone());
         }
         tracing::trace!(op = "connect", "store request");
-        let client = match timeout(REQUEST_TIMEOUT, options.connect(target.servers.clone())).await {
+        // async-nats logs a failed login at ERROR level itself; this store's error says it in one line.
+        let connect =
+            options.connect(target.servers.clone()).with_subscriber(tracing::subscriber::NoSubscriber::default());
+        let client = match timeout(REQUEST_TIMEOUT, connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
                 use async_nats::ConnectErrorKind as K;
