@@ -246,3 +246,72 @@ async fn a_leaderrun_holder_and_a_choria_campaigner_never_both_win() {
     }
     assert_eq!(winners, 1, "exactly one of leaderrun and Choria campaigners must win");
 }
+
+/// `openssl` with these arguments in `dir`; panics if it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl (apt-get install openssl)");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A throw-away CA and, signed by it, a certificate for `name` (with a subject alternative
+/// name `san`, e.g. `IP:127.0.0.1`): `{name}.pem`, `{name}.key` and `ca.pem` in `dir`.
+fn certificates(dir: &std::path::Path, names: &[(&str, &str)]) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        dir,
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=leaderrun test CA"],
+        ]
+        .concat(),
+    );
+    for (name, san) in names {
+        let (key, csr, pem, ext) =
+            (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("{name}.ext"));
+        std::fs::write(dir.join(&ext), format!("subjectAltName={san}\n")).unwrap();
+        let subject = format!("/CN={name}");
+        openssl(dir, &[&["req"][..], &ec, &["-keyout", &key, "-out", &csr, "-subj", &subject]].concat());
+        openssl(
+            dir,
+            &["x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", &pem]
+                .into_iter()
+                .chain(["-days", "2", "-extfile", &ext])
+                .collect::<Vec<_>>(),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_with_a_private_ca_and_a_client_certificate() {
+    let certs = tempfile::Builder::new().prefix("leaderrun-nats-tls-").tempdir().unwrap();
+    let dir = certs.path();
+    certificates(dir, &[("server", "IP:127.0.0.1"), ("client", "DNS:client")]);
+    let file = |name: &str| dir.join(name).display().to_string();
+    let server = Nats::start_with(&format!(
+        "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  ca_file: {:?}\n  verify: true\n}}",
+        file("server.pem"),
+        file("server.key"),
+        file("ca.pem")
+    ));
+    let url = format!(
+        "{}/secure?tlsca={}&tlscert={}&tlskey={}",
+        server.url(),
+        file("ca.pem"),
+        file("client.pem"),
+        file("client.key")
+    );
+    let store = open_url(&url, Access::Create).await.expect("TLS with the private CA and a client certificate");
+    let lease = won(&*store, "tls", "a", TTL).await;
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+
+    // Without the private CA the server's certificate is not trusted: refused, not retried.
+    let untrusted = format!("{}/secure?tls=1", server.url());
+    let err = open_url(&untrusted, Access::Create).await.err().expect("an untrusted server certificate");
+    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    assert!(!err.message.contains(server.password()) && !err.message.contains('\n'), "{}", err.message);
+}

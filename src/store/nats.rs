@@ -415,8 +415,13 @@ impl NatsStore {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
                 use async_nats::ConnectErrorKind as K;
-                let message = format!("nats store {shown}: {}", describe(&e));
+                let why = describe(&e);
+                let message = format!("nats store {shown}: {why}");
+                // A TLS failure (an untrusted certificate, TLS against a plain server) comes as
+                // an I/O error, but retrying will not fix it.
+                let tls = ["certificate", "corrupt message", "tls"].iter().any(|w| why.to_lowercase().contains(w));
                 return Err(match e.kind() {
+                    K::Io if tls => StoreError::refused(message),
                     K::Io | K::TimedOut | K::Dns | K::MaxReconnects => StoreError::unavailable(message),
                     K::ServerParse | K::Authentication | K::AuthorizationViolation | K::Tls => {
                         StoreError::refused(message)
