@@ -445,7 +445,12 @@ impl NatsStore {
             bucket: tokio::sync::OnceCell::new(),
             shown,
         };
-        store.bucket().await?;
+        if let Err(mut e) = store.bucket().await {
+            if e.message.contains("no responders") || e.message.contains("resource does not exist") {
+                e.message.push_str(" (is JetStream enabled on the server?)");
+            }
+            return Err(e);
+        }
         Ok(store)
     }
 
