@@ -216,6 +216,9 @@ async fn errors_say_what_went_wrong_without_the_password() {
     let bad = format!("nats://{USER}:{password}@127.0.0.1:{port}?creds=/nonexistent/user.creds");
     check(open_url(&bad, Access::Create).await.err().unwrap(), ErrorKind::Refused, "user.creds", &password);
 
+    let choria = format!("nats://{USER}:{password}@127.0.0.1:{port}/CHORIA_LEADER_ELECTION");
+    check(open_url(&choria, Access::Create).await.err().unwrap(), ErrorKind::Refused, "Choria's to create", &password);
+
     // A server that goes away under an open client: transient.
     let store = nt.open().await;
     nt.server.stop();

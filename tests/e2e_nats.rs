@@ -120,6 +120,7 @@ fn deleting_the_key_choria_style_stops_the_holder() {
     runtime.block_on(kv.delete("my_app")).unwrap();
     assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "the lease is lost; stderr {:?}", holder.stderr());
     assert!(!pid_alive(child), "the child must be stopped");
+    assert!(holder.stderr().contains("freed"), "says why: {:?}", holder.stderr());
     assert!(!holder.stderr().contains(nats.password()), "{:?}", holder.stderr());
     sb.wait_no_processes_left(SOON);
 }

@@ -58,7 +58,8 @@
 //! - Deleting the key by hand (`nats kv del`, Choria's evict) frees the lock at once: the
 //!   holder stops its child at its next renewal, but a standby may start before that, unlike
 //!   with `leaderrun release`. That is Choria's semantics.
-//! - The bucket's settings are read once, when a run starts.
+//! - The bucket's settings are read once, when a run starts. leaderrun never creates
+//!   `CHORIA_LEADER_ELECTION` (Choria refuses a bucket without a max age): Choria does.
 //! - `held_since` and --min-hold use the acquiring host's wall clock; `expires_in` is the
 //!   entry's server timestamp plus its lifetime minus this host's clock: display only.
 //! - After an expiry the marker left carries no token: `status` then shows token 0.
@@ -81,6 +82,8 @@ use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The bucket unless the URL has a path.
 pub const DEFAULT_BUCKET: &str = "leaderrun";
+/// Choria's leader election bucket, which leaderrun uses but never creates.
+const CHORIA_BUCKET: &str = "CHORIA_LEADER_ELECTION";
 /// Port when a host has none.
 const DEFAULT_PORT: u16 = 4222;
 /// Time to open a connection.
@@ -500,6 +503,14 @@ impl NatsStore {
                 }
                 if self.access == Access::Existing {
                     return Ok(None);
+                }
+                if self.bucket_name == CHORIA_BUCKET {
+                    // Choria refuses a bucket without a max age: leave its creation to Choria.
+                    return Err(StoreError::refused(format!(
+                        "nats store {}: bucket {CHORIA_BUCKET} does not exist; it is Choria's to create (Choria \
+                         Streams does, or: choria kv add {CHORIA_BUCKET} --ttl 60s)",
+                        self.shown
+                    )));
                 }
                 let config = kv::Config {
                     bucket: self.bucket_name.clone(),
