@@ -90,6 +90,8 @@ const DEFAULT_PORT: u16 = 4222;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on every request (the elector bounds its calls too, usually tighter).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the client pings the server (three unanswered pings close the connection).
+const PING_INTERVAL: Duration = Duration::from_secs(3);
 /// Pause after a failed watch, so a waiter does not spin while the server is down.
 const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// Guarded writes retried this often when the key changes under them before giving up.
@@ -390,6 +392,9 @@ impl NatsStore {
             .name("leaderrun")
             .connection_timeout(CONNECT_TIMEOUT)
             .request_timeout(Some(REQUEST_TIMEOUT))
+            // A connection that stopped answering (a host gone, a silent network) is dropped and
+            // dialled again after a few unanswered pings, not after the default minutes.
+            .ping_interval(PING_INTERVAL)
             .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.min(20) as u64));
         match &target.auth {
             Auth::None => {}
