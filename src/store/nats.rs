@@ -29,8 +29,10 @@
 //!   the same lease carry it in `Leaderrun-Token`, and so does the delete marker a release
 //!   leaves, which is how `status` of a released lock still reports its last token. NEVER
 //!   delete and recreate the bucket while it is in use: tokens would start again at 1.
-//! - renew: read, check token, identity and `Leaderrun-Revoked`, then republish the entry
-//!   expecting the message read (a refused write means it changed: read and judge again).
+//! - renew: republish the entry expecting the message this client last wrote for the lease
+//!   (one request); if the server refuses (the record changed: revoked, deleted, taken) or
+//!   this client wrote none, read it, check token, identity and `Leaderrun-Revoked`, and
+//!   republish expecting the message read. Only an unchanged record is ever renewed.
 //! - revoke: republish it with `Leaderrun-Revoked: 1`, the same value and the same TTL;
 //!   nothing is freed. (This may extend the expiry by up to one ttl: the safe direction.)
 //! - release: a KV delete (`KV-Operation: DEL`) expecting the message read; a waiter's watch
@@ -67,6 +69,7 @@
 //! A password or token never appears in a message: they are built from the URL with its
 //! secrets replaced by `***`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -361,6 +364,17 @@ impl Entry {
     }
 }
 
+/// A message this client wrote for a lease.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    seq: u64,
+    acquired_ms: u64,
+}
+
+fn lease_key(lease: &Lease) -> (String, String, u64) {
+    (lease.lock.clone(), lease.identity.clone(), lease.token)
+}
+
 /// The bucket and what it allows.
 #[derive(Clone)]
 struct Bucket {
@@ -377,6 +391,10 @@ pub struct NatsStore {
     access: Access,
     /// Found (or created) once; while it does not exist, looked for on every call.
     bucket: tokio::sync::OnceCell<Bucket>,
+    /// The last message this client wrote for each lease (lock, identity, token) it holds:
+    /// a renewal expects exactly that message, one publish; when the server refuses it (the
+    /// record changed: revoked, deleted, taken), the renewal reads and judges.
+    written: std::sync::Mutex<HashMap<(String, String, u64), Written>>,
     /// The URL without its secrets, for messages.
     shown: String,
 }
@@ -451,6 +469,7 @@ impl NatsStore {
             replicas: target.replicas,
             access,
             bucket: tokio::sync::OnceCell::new(),
+            written: Default::default(),
             shown,
         };
         if let Err(mut e) = store.bucket().await {
@@ -548,6 +567,15 @@ impl NatsStore {
         self.bucket().await?.ok_or_else(|| {
             StoreError::refused(format!("nats store {}: the bucket {:?} does not exist", self.shown, self.bucket_name))
         })
+    }
+
+    /// Remember (or forget) the last message written for a lease.
+    fn remember(&self, lease: &Lease, last: Option<Written>) {
+        let mut written = self.written.lock().unwrap();
+        match last {
+            Some(last) => written.insert(lease_key(lease), last),
+            None => written.remove(&lease_key(lease)),
+        };
     }
 
     /// Refuse a ttl the bucket cannot keep: longer than its max age, or no expiry at all.
@@ -685,9 +713,12 @@ impl Store for NatsStore {
                 Some(e) => return Ok(Acquire::Held(self.record(bucket, lock, Some(e)))),
             };
             // The token is this message's own sequence: no token header on the first write.
-            let headers = Self::lease_headers(bucket, None, now_ms(), Some(ttl));
+            let acquired_ms = now_ms();
+            let headers = Self::lease_headers(bucket, None, acquired_ms, Some(ttl));
             if let Some(token) = self.publish("acquire", lock, expected, headers, identity).await? {
-                return Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token }));
+                let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
+                self.remember(&lease, Some(Written { seq: token, acquired_ms }));
+                return Ok(Acquire::Won(lease));
             }
         }
         Err(StoreError::unavailable(format!("nats store {}: lock {lock:?} kept changing during acquire", self.shown)))
@@ -696,6 +727,15 @@ impl Store for NatsStore {
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
         let bucket = self.bucket_for_write().await?;
         self.check_ttl(bucket, ttl)?;
+        let cached = self.written.lock().unwrap().get(&lease_key(lease)).copied();
+        if let Some(last) = cached {
+            let headers = Self::lease_headers(bucket, Some(lease.token), last.acquired_ms, Some(ttl));
+            if let Some(seq) = self.publish("renew", &lease.lock, last.seq, headers, &lease.identity).await? {
+                self.remember(lease, Some(Written { seq, ..last }));
+                return Ok(Renew::Renewed);
+            }
+            self.remember(lease, None);
+        }
         for _ in 0..MAX_RACES {
             let Some(entry) = self.read(bucket, &lease.lock).await? else {
                 return Ok(Renew::Lost(None));
@@ -706,9 +746,10 @@ impl Store for NatsStore {
             if entry.token != lease.token || entry.holder != lease.identity || entry.revoked {
                 return Ok(Renew::Lost(Some(self.record(bucket, &lease.lock, Some(&entry)))));
             }
-            let acquired = entry.acquired_ms.unwrap_or_else(now_ms);
-            let headers = Self::lease_headers(bucket, Some(lease.token), acquired, Some(ttl));
-            if self.publish("renew", &lease.lock, entry.seq, headers, &lease.identity).await?.is_some() {
+            let acquired_ms = entry.acquired_ms.unwrap_or_else(now_ms);
+            let headers = Self::lease_headers(bucket, Some(lease.token), acquired_ms, Some(ttl));
+            if let Some(seq) = self.publish("renew", &lease.lock, entry.seq, headers, &lease.identity).await? {
+                self.remember(lease, Some(Written { seq, acquired_ms }));
                 return Ok(Renew::Renewed);
             }
         }
@@ -720,6 +761,7 @@ impl Store for NatsStore {
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
         let bucket = self.bucket_for_write().await?;
+        self.remember(lease, None);
         for _ in 0..MAX_RACES {
             let Some(entry) = self.read(bucket, &lease.lock).await? else {
                 return Ok(());
