@@ -318,3 +318,14 @@ async fn tls_with_a_private_ca_and_a_client_certificate() {
     assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
     assert!(!err.message.contains(server.password()) && !err.message.contains('\n'), "{}", err.message);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_authenticates_and_never_shows() {
+    let server = Nats::start_with_token();
+    let store = open_url(&server.url(), Access::Create).await.expect("a token in the URL");
+    won(&*store, "token", "a", TTL).await;
+    let wrong = server.url().replace(server.password(), "Wrong-Token-42");
+    let err = open_url(&wrong, Access::Create).await.err().expect("a wrong token");
+    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    assert!(err.message.contains("***@") && !err.message.contains("Wrong-Token-42"), "{}", err.message);
+}

@@ -28,6 +28,8 @@ pub struct Nats {
     password: String,
     /// Extra lines for the config file (e.g. a `tls { }` block).
     extra: String,
+    /// Authenticate with a token (the password) instead of user and password.
+    token: bool,
     server: Mutex<Option<Child>>,
 }
 
@@ -63,6 +65,15 @@ impl Nats {
 
     /// Start a server with extra lines in its config file.
     pub fn start_with(extra: &str) -> Self {
+        Self::start_configured(extra, false)
+    }
+
+    /// Start a server that takes a token (`nats://TOKEN@host`) instead of user and password.
+    pub fn start_with_token() -> Self {
+        Self::start_configured("", true)
+    }
+
+    fn start_configured(extra: &str, token: bool) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-nats-").tempdir().expect("create a temp dir");
         let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
         let nats = Self {
@@ -71,6 +82,7 @@ impl Nats {
             monitor_port: AtomicU16::new(0),
             password,
             extra: extra.to_string(),
+            token,
             server: Mutex::new(None),
         };
         // A port is free when chosen, but another process may take it first: try a few.
@@ -86,11 +98,15 @@ impl Nats {
         nats
     }
 
-    /// `nats://leaderrun:PASSWORD@127.0.0.1:PORT`
+    /// `nats://leaderrun:PASSWORD@127.0.0.1:PORT` (`nats://TOKEN@127.0.0.1:PORT` for a token).
     pub fn url(&self) -> String {
+        if self.token {
+            return format!("nats://{}@127.0.0.1:{}", self.password, self.port());
+        }
         format!("nats://{USER}:{}@127.0.0.1:{}", self.password, self.port())
     }
 
+    /// The password (or token).
     pub fn password(&self) -> &str {
         &self.password
     }
@@ -138,14 +154,18 @@ impl Nats {
     fn try_start(&self) -> Result<(), String> {
         let config = self.dir.path().join("nats.conf");
         let store = self.dir.path().join("jetstream");
+        let auth = if self.token {
+            format!("authorization {{\n  token: {:?}\n}}", self.password)
+        } else {
+            format!("authorization {{\n  users: [ {{ user: {USER}, password: {:?} }} ]\n}}", self.password)
+        };
         let text = format!(
             "listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{monitor}\n\
              jetstream {{\n  store_dir: {store:?}\n  sync_interval: always\n}}\n\
-             authorization {{\n  users: [ {{ user: {USER}, password: {password:?} }} ]\n}}\n{extra}\n",
+             {auth}\n{extra}\n",
             port = self.port(),
             monitor = self.monitor_port.load(Ordering::SeqCst),
             store = store.display().to_string(),
-            password = self.password,
             extra = self.extra,
         );
         std::fs::write(&config, text).map_err(|e| format!("cannot write {}: {e}", config.display()))?;
