@@ -22,7 +22,8 @@
 //! - acquire: read the key's last message; if there is none, or it is a delete, purge or
 //!   expiry marker, publish the identity expecting exactly that message (Choria's create);
 //!   otherwise the lock is held (whoever wrote it: an entry without leaderrun's headers is
-//!   held by its value, and its revision stands for its token).
+//!   held by its value, and its revision stands for its token, which changes at each of a
+//!   Choria leader's renewals).
 //! - fencing token = the stream sequence (the KV revision) of the acquiring message. Stream
 //!   sequences only grow for the life of the stream, across deletes, expiries and server
 //!   restarts, so every acquisition gets a larger token than all before it. Later writes of
@@ -64,7 +65,8 @@
 //!   `CHORIA_LEADER_ELECTION` (Choria refuses a bucket without a max age): Choria does.
 //! - `held_since` and --min-hold use the acquiring host's wall clock; `expires_in` is the
 //!   entry's server timestamp plus its lifetime minus this host's clock: display only.
-//! - After an expiry the marker left carries no token: `status` then shows token 0.
+//! - After an expiry, or a delete by another tool, the marker left carries no token: `status`
+//!   then shows token 0 (the next acquisition's token is larger all the same).
 //!
 //! A password or token never appears in a message: they are built from the URL with its
 //! secrets replaced by `***`.
@@ -207,7 +209,12 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
             "tlsca" => target.tls_ca = Some(file()?),
             "tlscert" => target.tls_cert = Some(file()?),
             "tlskey" => target.tls_key = Some(file()?),
-            _ => tracing::warn!("nats store {shown}: ignoring the unknown parameter {key:?}"),
+            // A misspelt TLS parameter must not silently leave TLS off.
+            _ => {
+                return Err(bad(&format!(
+                    "unknown parameter ?{key}= (known: replicas, creds, tls, tlsca, tlscert, tlskey)"
+                )))
+            }
         }
     }
     if target.tls_cert.is_some() != target.tls_key.is_some() {
@@ -888,6 +895,7 @@ mod tests {
         assert!(parse_url("nats://h?replicas=0", "s").is_err());
         assert!(parse_url("nats://h?tlscert=/c.pem", "s").is_err());
         assert!(parse_url("nats:h", "s").is_err());
+        assert!(parse_url("nats://h?tls_ca=/ca.pem", "s").unwrap_err().message.contains("unknown parameter ?tls_ca="));
     }
 
     #[test]
