@@ -111,6 +111,16 @@ pub const STORES: &[(&str, &str)] = &[
          system's CAs or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
     ),
     (
+        "nats://[user:pass@|token@]host:4222[,host2:4222...][/BUCKET][?replicas=N&creds=FILE&tls=1&tlsca=FILE]",
+        "One key per lock in a JetStream KV bucket (default leaderrun, created with per-message TTL); writes are \
+         compare-and-sets on the key's last revision, the fencing token is the acquiring write's revision (tokens \
+         grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key. The value is the \
+         holder's identity, as Choria writes it: with /CHORIA_LEADER_ELECTION, Choria's tools show the leaderrun \
+         holder, and deleting the key (Choria's evict) stops it at its next renewal. A --ttl above a bucket's max \
+         age is refused. Needs jetstream { sync_interval: always } to keep acknowledged writes across a crash, and \
+         replicas=3 in a cluster; expiry follows the server's wall clock.",
+    ),
+    (
         "zk://[user:pass@]host:2181[,host2:2181...][/path]",
         "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl + 25%: an ephemeral \
          sequential child of the lock's node, the lowest child holding it; the fencing token is its sequence \
@@ -291,7 +301,7 @@ impl LockArg {
 pub struct CommonArgs {
     /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
     /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379,
-    /// zk://host:2181; see STORES.
+    /// nats://user:pass@host:4222/BUCKET, zk://host:2181; see STORES.
     ///
     /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),

@@ -1,40 +1,934 @@
-//! SCAFFOLD: replaced by the NATS JetStream KV store.
-use std::time::Duration;
+//! NATS JetStream KV store:
+//! `--store nats://[user:pass@|token@]host:4222[,host2:4222...][/BUCKET][?replicas=N&creds=FILE&tls=1&tlsca=FILE&tlscert=FILE&tlskey=FILE]`.
+//!
+//! One key per lock in a KV bucket (default `leaderrun`; the stream behind it is
+//! `KV_<bucket>`, the key's subject `$KV.<bucket>.<key>`). A lock name that is a valid KV
+//! key (`[-/_=.a-zA-Z0-9]`, no empty `.` token) and does not start with `=` is the key
+//! verbatim; any other name is `=` followed by the unpadded base64url of its UTF-8, which
+//! `list` decodes back.
+//!
+//! The entry's value is the holder's identity, plain bytes, exactly what Choria's leader
+//! election writes: with `/CHORIA_LEADER_ELECTION` as the bucket and the lock name as the
+//! key, a leaderrun holder is what `choria kv get` / `nats kv get` show as the leader, and a
+//! Choria campaigner's create fails while leaderrun holds it (and the other way round).
+//! leaderrun's own metadata rides in message headers: `Leaderrun-Token`,
+//! `Leaderrun-Acquired-Ms` (the acquiring host's wall clock) and `Leaderrun-Revoked`.
+//!
+//! Every write is one JetStream publish carrying `Nats-Expected-Last-Subject-Sequence`:
+//! the server applies it only if the key's last message is still the one read, a
+//! compare-and-set on the stream leader (A1). Reads ask the stream leader too (a "raw"
+//! message get, not a direct get, which a lagging replica may answer).
+//!
+//! - acquire: read the key's last message; if there is none, or it is a delete, purge or
+//!   expiry marker, publish the identity expecting exactly that message (Choria's create);
+//!   otherwise the lock is held (whoever wrote it: an entry without leaderrun's headers is
+//!   held by its value, and its revision stands for its token, which changes at each of a
+//!   Choria leader's renewals).
+//! - fencing token = the stream sequence (the KV revision) of the acquiring message. Stream
+//!   sequences only grow for the life of the stream, across deletes, expiries and server
+//!   restarts, so every acquisition gets a larger token than all before it. Later writes of
+//!   the same lease carry it in `Leaderrun-Token`, and so does the delete marker a release
+//!   leaves, which is how `status` of a released lock still reports its last token. NEVER
+//!   delete and recreate the bucket while it is in use: tokens would start again at 1.
+//! - renew: republish the entry expecting the message this client last wrote for the lease
+//!   (one request); if the server refuses (the record changed: revoked, deleted, taken) or
+//!   this client wrote none, read it, check token, identity and `Leaderrun-Revoked`, and
+//!   republish expecting the message read. Only an unchanged record is ever renewed.
+//! - revoke: republish it with `Leaderrun-Revoked: 1`, the same value and the same TTL;
+//!   nothing is freed. (This may extend the expiry by up to one ttl: the safe direction.)
+//! - release: a KV delete (`KV-Operation: DEL`) expecting the message read; a waiter's watch
+//!   sees it at once. With --min-hold it republishes the entry with a TTL of the time left.
+//! - changed: a KV watch on the key, opened before a read, so a release between the two is
+//!   not missed; it returns on a delete, purge or expiry marker, or at the caller's bound.
+//!
+//! Expiry. Where the bucket allows per-message TTL (`allow_msg_ttl`, nats-server 2.11+;
+//! buckets leaderrun creates do), every write of a held lease carries `Nats-TTL` = ttl rounded
+//! UP to whole seconds (the server's granularity), and the server removes the entry that long
+//! after it stored it, leaving a marker that wakes watchers (`subject_delete_marker_ttl`).
+//! Otherwise (Choria's bucket: a bucket-wide max age, 60 s by default) the lease lasts the
+//! bucket's max age from its last write. A max age also caps a per-message TTL (the server
+//! removes a message at the earlier of the two), so a --ttl longer than the bucket's max
+//! age is refused: the server would drop the key before the holder's deadline. A --ttl
+//! shorter than it is safe, but a crashed holder's lease then lasts the max age, not ttl.
+//! A bucket with neither never expires anything, and is refused.
+//!
+//! What is NOT guaranteed:
+//! - nats-server times TTLs and max ages from each message's timestamp, its WALL clock: a
+//!   forward step of the server's clock expires leases early. Slew it, never step it.
+//! - Durability: a client cannot ask for it per write. The server must run with
+//!   `jetstream { sync_interval: always }`, else an acknowledged acquisition can be lost in a
+//!   crash of its host; in a cluster the bucket needs `?replicas=3` (or more) when created.
+//! - Deleting the key by hand (`nats kv del`, Choria's evict) frees the lock at once: the
+//!   holder stops its child at its next renewal, but a standby may start before that, unlike
+//!   with `leaderrun release`. That is Choria's semantics.
+//! - The bucket's settings are read once, when a run starts. leaderrun never creates
+//!   `CHORIA_LEADER_ELECTION` (Choria refuses a bucket without a max age): Choria does.
+//! - `held_since` and --min-hold use the acquiring host's wall clock; `expires_in` is the
+//!   entry's server timestamp plus its lifetime minus this host's clock: display only.
+//! - After an expiry, or a delete by another tool, the marker left carries no token: `status`
+//!   then shows token 0 (the next acquisition's token is larger all the same).
+//!
+//! A password or token never appears in a message: they are built from the URL with its
+//! secrets replaced by `***`.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream::Stream};
+use async_nats::{ConnectOptions, HeaderMap};
 use async_trait::async_trait;
+use futures_util::StreamExt;
+use tokio::time::{timeout, Instant};
+use tracing::instrument::WithSubscriber;
 
-use super::url::Access;
+use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
-pub struct NatsStore;
+/// The bucket unless the URL has a path.
+pub const DEFAULT_BUCKET: &str = "leaderrun";
+/// Choria's leader election bucket, which leaderrun uses but never creates.
+const CHORIA_BUCKET: &str = "CHORIA_LEADER_ELECTION";
+/// Port when a host has none.
+const DEFAULT_PORT: u16 = 4222;
+/// Time to open a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bound on every request (the elector bounds its calls too, usually tighter).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the client pings the server (three unanswered pings close the connection).
+const PING_INTERVAL: Duration = Duration::from_secs(3);
+/// Pause after a failed watch, so a waiter does not spin while the server is down.
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+/// Guarded writes retried this often when the key changes under them before giving up.
+const MAX_RACES: usize = 20;
+/// How long an expiry marker stays in buckets leaderrun creates (long enough for any
+/// watcher to see it; the next acquisition replaces it anyway).
+const MARKER_TTL: Duration = Duration::from_secs(3600);
+
+const TOKEN: &str = "Leaderrun-Token";
+const ACQUIRED: &str = "Leaderrun-Acquired-Ms";
+const REVOKED: &str = "Leaderrun-Revoked";
+const EXPECTED: &str = "Nats-Expected-Last-Subject-Sequence";
+const TTL: &str = "Nats-TTL";
+const KV_OPERATION: &str = "KV-Operation";
+const MARKER_REASON: &str = "Nats-Marker-Reason";
+
+/// The parts of a `nats://` URL.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    servers: Vec<String>,
+    auth: Auth,
+    bucket: String,
+    replicas: usize,
+    creds: Option<PathBuf>,
+    tls: bool,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Auth {
+    None,
+    User(String, String),
+    Token(String),
+}
+
+/// The URL for messages: `redact` masks a password; a token alone (`nats://TOKEN@host`)
+/// is masked here too.
+fn shown(url: &str) -> String {
+    let shown = redact(url);
+    let Some((scheme, rest)) = shown.split_once("://") else {
+        return shown;
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((userinfo, _)) if !userinfo.contains(':') => format!("{scheme}://***@{}", &rest[userinfo.len() + 1..]),
+        _ => shown,
+    }
+}
+
+fn parse_url(url: &str, shown: &str) -> Result<Target> {
+    let bad = |why: &str| StoreError::refused(format!("nats store {shown}: {why}"));
+    let expected = "expected nats://[user:pass@]host:4222[,host2:4222][/BUCKET]";
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(expected))?;
+    if !scheme.eq_ignore_ascii_case("nats") {
+        return Err(bad(expected));
+    }
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (auth, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, pass)) => (Auth::User(percent_decode(user), percent_decode(pass)), hosts),
+            None => (Auth::Token(percent_decode(userinfo)), hosts),
+        },
+        None => (Auth::None, authority),
+    };
+    let mut target = Target {
+        servers: Vec::new(),
+        auth,
+        bucket: DEFAULT_BUCKET.to_string(),
+        replicas: 1,
+        creds: None,
+        tls: false,
+        tls_ca: None,
+        tls_cert: None,
+        tls_key: None,
+    };
+    for host in hosts.split(',').map(str::trim) {
+        if host.is_empty() {
+            return Err(bad(&format!("names no host ({expected})")));
+        }
+        // host, host:port, [v6], [v6]:port
+        let has_port = host.rsplit_once(':').is_some_and(|(h, p)| !h.ends_with(':') && p.parse::<u16>().is_ok())
+            && (!host.starts_with('[') || host.contains("]:"));
+        target.servers.push(if has_port { format!("nats://{host}") } else { format!("nats://{host}:{DEFAULT_PORT}") });
+    }
+    let bucket = percent_decode(path.trim_matches('/'));
+    if !bucket.is_empty() {
+        if !bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+            return Err(bad(&format!("{bucket:?} is not a valid bucket name (letters, digits, '_' and '-')")));
+        }
+        target.bucket = bucket;
+    }
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value);
+        let file =
+            || (!value.is_empty()).then(|| PathBuf::from(&value)).ok_or_else(|| bad(&format!("?{key}= needs a file")));
+        match key {
+            "replicas" => {
+                target.replicas = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=5).contains(n))
+                    .ok_or_else(|| bad(&format!("?replicas={value} is not a number from 1 to 5")))?
+            }
+            "creds" => target.creds = Some(file()?),
+            "tls" => target.tls = !matches!(value.as_str(), "0" | "false"),
+            "tlsca" => target.tls_ca = Some(file()?),
+            "tlscert" => target.tls_cert = Some(file()?),
+            "tlskey" => target.tls_key = Some(file()?),
+            // A misspelt TLS parameter must not silently leave TLS off.
+            _ => {
+                return Err(bad(&format!(
+                    "unknown parameter ?{key}= (known: replicas, creds, tls, tlsca, tlscert, tlskey)"
+                )))
+            }
+        }
+    }
+    if target.tls_cert.is_some() != target.tls_key.is_some() {
+        return Err(bad("?tlscert= and ?tlskey= go together"));
+    }
+    target.tls |= target.tls_ca.is_some() || target.tls_cert.is_some();
+    Ok(target)
+}
+
+/// `%XX` escapes in a URL part (a password may need them for `@`, `:` or `/`).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+fn base64url(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+fn unbase64url(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    for chunk in text.as_bytes().chunks(4) {
+        if chunk.len() == 1 {
+            return None;
+        }
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            n |= (B64.iter().position(|b| b == c)? as u32) << (18 - 6 * i);
+        }
+        for i in 0..chunk.len() - 1 {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    Some(out)
+}
+
+/// The KV key of a lock name: verbatim if it is a valid key not starting with `=`, else
+/// `=` + base64url (no padding) of its UTF-8. Injective: `=` starts only encoded keys.
+fn key_of(lock: &str) -> String {
+    let plain = !lock.is_empty()
+        && !lock.starts_with(['=', '.'])
+        && !lock.ends_with('.')
+        && !lock.contains("..")
+        && lock.bytes().all(|b| b.is_ascii_alphanumeric() || b"-/_=.".contains(&b));
+    if plain {
+        lock.to_string()
+    } else {
+        format!("={}", base64url(lock.as_bytes()))
+    }
+}
+
+/// The lock name of a KV key (a key leaderrun did not encode is shown as it is).
+fn lock_of(key: &str) -> String {
+    key.strip_prefix('=')
+        .and_then(unbase64url)
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .filter(|lock| key_of(lock) == key)
+        .unwrap_or_else(|| key.to_string())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whole seconds, rounded up, at least 1: the server's TTL granularity.
+fn ttl_secs(d: Duration) -> u64 {
+    (d.as_nanos().div_ceil(1_000_000_000) as u64).max(1)
+}
+
+/// Whether an error (by its text) may pass on retry. JetStream answers a bad request with
+/// a 4xx code; a refused login or permission is not worth retrying either.
+fn transient(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let refused = ["authorization violation", "authentication", "permissions violation", "(code 400", "(code 403"];
+    !refused.iter().any(|needle| lower.contains(needle))
+}
+
+/// One line: the error and its sources.
+fn describe(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(&format!(": {more}"));
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
+/// The key's last message, as far as leaderrun cares.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// Its stream sequence (the KV revision).
+    seq: u64,
+    /// A delete, purge or expiry marker: the lock is free.
+    gone: bool,
+    holder: String,
+    /// `Leaderrun-Token`, else the revision (an acquisition, or an entry Choria wrote).
+    token: u64,
+    /// `Leaderrun-Token` was there (a delete marker without it tells nothing).
+    has_token: bool,
+    acquired_ms: Option<u64>,
+    revoked: bool,
+    /// `Nats-TTL`, in seconds.
+    ttl_secs: Option<u64>,
+    /// The server's timestamp of the message.
+    written: SystemTime,
+}
+
+impl Entry {
+    fn from_message(message: &jetstream::message::StreamMessage) -> Self {
+        let headers = &message.headers;
+        let get = |name: &str| headers.get(name).map(|v| v.as_str().trim().to_string());
+        let op = get(KV_OPERATION);
+        let gone = matches!(op.as_deref(), Some("DEL" | "PURGE")) || get(MARKER_REASON).is_some();
+        let header_token = get(TOKEN).and_then(|t| t.parse::<u64>().ok());
+        let nanos = message.time.unix_timestamp_nanos().max(0) as u64;
+        Entry {
+            seq: message.sequence,
+            gone,
+            holder: String::from_utf8_lossy(&message.payload).into_owned(),
+            token: header_token.unwrap_or(message.sequence),
+            has_token: header_token.is_some(),
+            acquired_ms: get(ACQUIRED).and_then(|t| t.parse().ok()),
+            revoked: get(REVOKED).is_some_and(|v| v == "1"),
+            ttl_secs: get(TTL).and_then(|t| t.parse().ok()),
+            written: UNIX_EPOCH + Duration::from_nanos(nanos),
+        }
+    }
+}
+
+/// A message this client wrote for a lease.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    seq: u64,
+    acquired_ms: u64,
+}
+
+fn lease_key(lease: &Lease) -> (String, String, u64) {
+    (lease.lock.clone(), lease.identity.clone(), lease.token)
+}
+
+/// The bucket and what it allows.
+#[derive(Clone)]
+struct Bucket {
+    stream: Stream,
+    kv: kv::Store,
+    allow_ttl: bool,
+    max_age: Duration,
+}
+
+pub struct NatsStore {
+    js: jetstream::Context,
+    bucket_name: String,
+    replicas: usize,
+    access: Access,
+    /// Found (or created) once; while it does not exist, looked for on every call.
+    bucket: tokio::sync::OnceCell<Bucket>,
+    /// The last message this client wrote for each lease (lock, identity, token) it holds:
+    /// a renewal expects exactly that message, one publish; when the server refuses it (the
+    /// record changed: revoked, deleted, taken), the renewal reads and judges.
+    written: std::sync::Mutex<HashMap<(String, String, u64), Written>>,
+    /// The URL without its secrets, for messages.
+    shown: String,
+}
 
 impl NatsStore {
-    pub async fn open(_url: &str, _access: Access) -> Result<Self> {
-        Err(StoreError::refused("scaffold"))
+    /// Parse the URL, connect (authenticating as the URL says) and look the bucket up, so an
+    /// unreachable server or bad credentials are reported here, before anything runs.
+    /// With `Access::Create` a missing bucket is created.
+    pub async fn open(url: &str, access: Access) -> Result<Self> {
+        let shown = shown(url);
+        let target = parse_url(url, &shown)?;
+        let mut options = ConnectOptions::new()
+            .name("leaderrun")
+            .connection_timeout(CONNECT_TIMEOUT)
+            .request_timeout(Some(REQUEST_TIMEOUT))
+            // A connection that stopped answering (a host gone, a silent network) is dropped and
+            // dialled again after a few unanswered pings, not after the default minutes.
+            .ping_interval(PING_INTERVAL)
+            .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.min(20) as u64));
+        match &target.auth {
+            Auth::None => {}
+            Auth::User(user, pass) => options = options.user_and_password(user.clone(), pass.clone()),
+            Auth::Token(token) => options = options.token(token.clone()),
+        }
+        if let Some(creds) = &target.creds {
+            options = options.credentials_file(creds).await.map_err(|e| {
+                StoreError::refused(format!("nats store {shown}: cannot read {}: {e}", creds.display()))
+            })?;
+        }
+        if target.tls {
+            options = options.require_tls(true);
+        }
+        if let Some(ca) = &target.tls_ca {
+            options = options.add_root_certificates(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&target.tls_cert, &target.tls_key) {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+        tracing::trace!(op = "connect", "store request");
+        // async-nats logs a failed login at ERROR level itself; this store's error says it in one line.
+        let connect =
+            options.connect(target.servers.clone()).with_subscriber(tracing::subscriber::NoSubscriber::default());
+        let client = match timeout(REQUEST_TIMEOUT, connect).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                use async_nats::ConnectErrorKind as K;
+                let why = describe(&e);
+                let message = format!("nats store {shown}: {why}");
+                // A TLS failure (an untrusted certificate, TLS against a plain server) comes as
+                // an I/O error, but retrying will not fix it.
+                let tls = ["certificate", "corrupt message", "tls"].iter().any(|w| why.to_lowercase().contains(w));
+                return Err(match e.kind() {
+                    K::Io if tls => StoreError::refused(message),
+                    K::Io | K::TimedOut | K::Dns | K::MaxReconnects => StoreError::unavailable(message),
+                    K::ServerParse | K::Authentication | K::AuthorizationViolation | K::Tls => {
+                        StoreError::refused(message)
+                    }
+                });
+            }
+            Err(_) => {
+                return Err(StoreError::unavailable(format!(
+                    "nats store {shown}: no answer within {}s",
+                    REQUEST_TIMEOUT.as_secs()
+                )))
+            }
+        };
+        let mut js = jetstream::new(client);
+        js.set_timeout(REQUEST_TIMEOUT);
+        let store = Self {
+            js,
+            bucket_name: target.bucket,
+            replicas: target.replicas,
+            access,
+            bucket: tokio::sync::OnceCell::new(),
+            written: Default::default(),
+            shown,
+        };
+        if let Err(mut e) = store.bucket().await {
+            if e.message.contains("no responders") || e.message.contains("resource does not exist") {
+                e.message.push_str(" (is JetStream enabled on the server?)");
+            }
+            return Err(e);
+        }
+        Ok(store)
+    }
+
+    fn error(&self, text: String) -> StoreError {
+        let message = format!("nats store {}: {}", self.shown, text.replace('\n', " "));
+        if transient(&text) {
+            StoreError::unavailable(message)
+        } else {
+            StoreError::refused(message)
+        }
+    }
+
+    fn no_answer(&self) -> StoreError {
+        StoreError::unavailable(format!("nats store {}: no answer within {}s", self.shown, REQUEST_TIMEOUT.as_secs()))
+    }
+
+    /// One request, bounded by REQUEST_TIMEOUT, with its error mapped.
+    async fn call<T, E: std::error::Error>(
+        &self,
+        op: &'static str,
+        f: impl std::future::Future<Output = std::result::Result<T, E>>,
+    ) -> Result<T> {
+        // One line per request at -vvv: the benchmarks count them.
+        tracing::trace!(op, "store request");
+        match timeout(REQUEST_TIMEOUT, f).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.error(describe(&e))),
+            Err(_) => Err(self.no_answer()),
+        }
+    }
+
+    /// The bucket; `None` if it does not exist and this store may not create it.
+    async fn bucket(&self) -> Result<Option<&Bucket>> {
+        if let Some(bucket) = self.bucket.get() {
+            return Ok(Some(bucket));
+        }
+        let stream_name = format!("KV_{}", self.bucket_name);
+        tracing::trace!(op = "bucket", "store request");
+        let stream = match timeout(REQUEST_TIMEOUT, self.js.get_stream(&stream_name)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                use async_nats::jetstream::context::GetStreamErrorKind as K;
+                let missing = matches!(e.kind(), K::JetStream(ref js)
+                    if js.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND);
+                if !missing {
+                    return Err(self.error(describe(&e)));
+                }
+                if self.access == Access::Existing {
+                    return Ok(None);
+                }
+                if self.bucket_name == CHORIA_BUCKET {
+                    // Choria refuses a bucket without a max age: leave its creation to Choria.
+                    return Err(StoreError::refused(format!(
+                        "nats store {}: bucket {CHORIA_BUCKET} does not exist; it is Choria's to create (Choria \
+                         Streams does, or: choria kv add {CHORIA_BUCKET} --ttl 60s)",
+                        self.shown
+                    )));
+                }
+                let config = kv::Config {
+                    bucket: self.bucket_name.clone(),
+                    description: "leaderrun leases".into(),
+                    history: 1,
+                    storage: jetstream::stream::StorageType::File,
+                    num_replicas: self.replicas,
+                    limit_markers: Some(MARKER_TTL),
+                    ..Default::default()
+                };
+                self.call("create-bucket", self.js.create_key_value(config)).await?.stream
+            }
+            Err(_) => return Err(self.no_answer()),
+        };
+        let info = stream.cached_info().config.clone();
+        let kv = kv::Store {
+            name: self.bucket_name.clone(),
+            stream_name,
+            prefix: format!("$KV.{}.", self.bucket_name),
+            put_prefix: None,
+            use_jetstream_prefix: false,
+            stream: stream.clone(),
+        };
+        let bucket = Bucket { stream, kv, allow_ttl: info.allow_message_ttl, max_age: info.max_age };
+        Ok(Some(self.bucket.get_or_init(|| async { bucket }).await))
+    }
+
+    /// The bucket, for a call that writes (the bucket exists: only a run writes).
+    async fn bucket_for_write(&self) -> Result<&Bucket> {
+        self.bucket().await?.ok_or_else(|| {
+            StoreError::refused(format!("nats store {}: the bucket {:?} does not exist", self.shown, self.bucket_name))
+        })
+    }
+
+    /// Remember (or forget) the last message written for a lease.
+    fn remember(&self, lease: &Lease, last: Option<Written>) {
+        let mut written = self.written.lock().unwrap();
+        match last {
+            Some(last) => written.insert(lease_key(lease), last),
+            None => written.remove(&lease_key(lease)),
+        };
+    }
+
+    /// Refuse a ttl the bucket cannot keep: longer than its max age, or no expiry at all.
+    fn check_ttl(&self, bucket: &Bucket, ttl: Duration) -> Result<()> {
+        let name = &self.bucket_name;
+        if !bucket.allow_ttl && bucket.max_age.is_zero() {
+            return Err(StoreError::refused(format!(
+                "nats store {}: bucket {name:?} has neither per-message TTL nor a max age, so a lease in it would \
+                 never expire; give it a max age, or use a bucket leaderrun creates",
+                self.shown
+            )));
+        }
+        if !bucket.max_age.is_zero() && ttl > bucket.max_age {
+            return Err(StoreError::refused(format!(
+                "nats store {}: --ttl {} is longer than the max age ({}) of bucket {name:?}, which would drop the \
+                 lease before its holder's deadline; use a --ttl of {} or less",
+                self.shown,
+                humantime::format_duration(ttl),
+                humantime::format_duration(bucket.max_age),
+                humantime::format_duration(bucket.max_age),
+            )));
+        }
+        Ok(())
+    }
+
+    fn subject(&self, lock: &str) -> String {
+        format!("$KV.{}.{}", self.bucket_name, key_of(lock))
+    }
+
+    /// The key's last message (from the stream leader); `None` if it has none.
+    async fn read(&self, bucket: &Bucket, lock: &str) -> Result<Option<Entry>> {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind as K;
+        let subject = self.subject(lock);
+        tracing::trace!(op = "get", "store request");
+        match timeout(REQUEST_TIMEOUT, bucket.stream.get_last_raw_message_by_subject(&subject)).await {
+            Ok(Ok(message)) => Ok(Some(Entry::from_message(&message))),
+            Ok(Err(e)) if e.kind() == K::NoMessageFound => Ok(None),
+            Ok(Err(e)) => Err(self.error(describe(&e))),
+            Err(_) => Err(self.no_answer()),
+        }
+    }
+
+    /// Publish to the lock's key if its last message is still `expected` (0: none).
+    /// `Ok(None)` when it is not; else the new message's sequence.
+    async fn publish(
+        &self,
+        op: &'static str,
+        lock: &str,
+        expected: u64,
+        mut headers: HeaderMap,
+        payload: &str,
+    ) -> Result<Option<u64>> {
+        headers.insert(EXPECTED, expected.to_string());
+        let subject = self.subject(lock);
+        let payload = payload.to_string().into();
+        tracing::trace!(op, "store request");
+        let sent =
+            timeout(REQUEST_TIMEOUT, async { self.js.publish_with_headers(subject, headers, payload).await?.await });
+        match sent.await {
+            Ok(Ok(ack)) => Ok(Some(ack.sequence)),
+            Ok(Err(e)) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
+            Ok(Err(e)) => Err(self.error(describe(&e))),
+            Err(_) => Err(self.no_answer()),
+        }
+    }
+
+    /// Headers of a held lease: token (when known), acquired time, TTL where allowed.
+    fn lease_headers(bucket: &Bucket, token: Option<u64>, acquired_ms: u64, ttl: Option<Duration>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(token) = token {
+            headers.insert(TOKEN, token.to_string());
+        }
+        headers.insert(ACQUIRED, acquired_ms.to_string());
+        if let (true, Some(ttl)) = (bucket.allow_ttl, ttl) {
+            headers.insert(TTL, ttl_secs(ttl).to_string());
+        }
+        headers
+    }
+
+    fn record(&self, bucket: &Bucket, lock: &str, entry: Option<&Entry>) -> LockRecord {
+        let Some(entry) = entry else {
+            return LockRecord::free(lock);
+        };
+        if entry.gone {
+            return LockRecord { token: if entry.has_token { entry.token } else { 0 }, ..LockRecord::free(lock) };
+        }
+        let lifetime = match (bucket.allow_ttl, entry.ttl_secs) {
+            (true, Some(secs)) if bucket.max_age.is_zero() => Some(Duration::from_secs(secs)),
+            (true, Some(secs)) => Some(Duration::from_secs(secs).min(bucket.max_age)),
+            _ => Some(bucket.max_age).filter(|age| !age.is_zero()),
+        };
+        let expires_in =
+            lifetime.map(|life| (entry.written + life).duration_since(SystemTime::now()).unwrap_or_default());
+        LockRecord {
+            lock: lock.to_string(),
+            holder: Some(entry.holder.clone()),
+            token: entry.token,
+            held_since: Some(entry.acquired_ms.map_or(entry.written, |ms| UNIX_EPOCH + Duration::from_millis(ms))),
+            expires_in,
+            revoked: entry.revoked,
+        }
+    }
+
+    /// Return once the key may have been freed: open a watch, then read, so a release
+    /// between the two is not missed.
+    async fn wait_freed(&self, lock: &str) -> Result<()> {
+        let Some(bucket) = self.bucket().await? else {
+            return Ok(());
+        };
+        let mut watch = self.call("watch", bucket.kv.watch(key_of(lock))).await?;
+        if self.read(bucket, lock).await?.is_none_or(|e| e.gone) {
+            return Ok(());
+        }
+        loop {
+            match watch.next().await {
+                Some(Ok(entry)) if entry.operation != kv::Operation::Put => return Ok(()),
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(self.error(describe(&e))),
+                None => return Err(self.error("the watch ended".into())),
+            }
+        }
     }
 }
 
 #[async_trait]
 impl Store for NatsStore {
-    async fn acquire(&self, _: &str, _: &str, _: Duration) -> Result<Acquire> {
-        unreachable!()
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        let bucket = self.bucket_for_write().await?;
+        self.check_ttl(bucket, ttl)?;
+        for _ in 0..MAX_RACES {
+            let entry = self.read(bucket, lock).await?;
+            let expected = match &entry {
+                None => 0,
+                Some(e) if e.gone => e.seq,
+                Some(e) => return Ok(Acquire::Held(self.record(bucket, lock, Some(e)))),
+            };
+            // The token is this message's own sequence: no token header on the first write.
+            let acquired_ms = now_ms();
+            let headers = Self::lease_headers(bucket, None, acquired_ms, Some(ttl));
+            if let Some(token) = self.publish("acquire", lock, expected, headers, identity).await? {
+                let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
+                self.remember(&lease, Some(Written { seq: token, acquired_ms }));
+                return Ok(Acquire::Won(lease));
+            }
+        }
+        Err(StoreError::unavailable(format!("nats store {}: lock {lock:?} kept changing during acquire", self.shown)))
     }
-    async fn renew(&self, _: &Lease, _: Duration) -> Result<Renew> {
-        unreachable!()
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        let bucket = self.bucket_for_write().await?;
+        self.check_ttl(bucket, ttl)?;
+        let cached = self.written.lock().unwrap().get(&lease_key(lease)).copied();
+        if let Some(last) = cached {
+            let headers = Self::lease_headers(bucket, Some(lease.token), last.acquired_ms, Some(ttl));
+            if let Some(seq) = self.publish("renew", &lease.lock, last.seq, headers, &lease.identity).await? {
+                self.remember(lease, Some(Written { seq, ..last }));
+                return Ok(Renew::Renewed);
+            }
+            self.remember(lease, None);
+        }
+        for _ in 0..MAX_RACES {
+            let Some(entry) = self.read(bucket, &lease.lock).await? else {
+                return Ok(Renew::Lost(None));
+            };
+            if entry.gone {
+                return Ok(Renew::Lost(None));
+            }
+            if entry.token != lease.token || entry.holder != lease.identity || entry.revoked {
+                return Ok(Renew::Lost(Some(self.record(bucket, &lease.lock, Some(&entry)))));
+            }
+            let acquired_ms = entry.acquired_ms.unwrap_or_else(now_ms);
+            let headers = Self::lease_headers(bucket, Some(lease.token), acquired_ms, Some(ttl));
+            if let Some(seq) = self.publish("renew", &lease.lock, entry.seq, headers, &lease.identity).await? {
+                self.remember(lease, Some(Written { seq, acquired_ms }));
+                return Ok(Renew::Renewed);
+            }
+        }
+        Err(StoreError::unavailable(format!(
+            "nats store {}: lock {:?} kept changing during renew",
+            self.shown, lease.lock
+        )))
     }
-    async fn release(&self, _: &Lease, _: Duration) -> Result<()> {
-        unreachable!()
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        let bucket = self.bucket_for_write().await?;
+        self.remember(lease, None);
+        for _ in 0..MAX_RACES {
+            let Some(entry) = self.read(bucket, &lease.lock).await? else {
+                return Ok(());
+            };
+            if entry.gone || entry.token != lease.token || entry.holder != lease.identity {
+                return Ok(());
+            }
+            let acquired = entry.acquired_ms.unwrap_or_else(now_ms);
+            let left = Duration::from_millis(acquired.saturating_add(keep.as_millis() as u64).saturating_sub(now_ms()));
+            let done = if !keep.is_zero() && !left.is_zero() {
+                // --min-hold: the entry stays, with a TTL of the time left; the holder no
+                // longer renews.
+                let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired, Some(left));
+                if entry.revoked {
+                    headers.insert(REVOKED, "1");
+                }
+                self.publish("release", &lease.lock, entry.seq, headers, &lease.identity).await?
+            } else {
+                // A KV delete marker that remembers the token.
+                let mut headers = HeaderMap::new();
+                headers.insert(KV_OPERATION, "DEL");
+                headers.insert(TOKEN, lease.token.to_string());
+                self.publish("release", &lease.lock, entry.seq, headers, "").await?
+            };
+            if done.is_some() {
+                return Ok(());
+            }
+        }
+        Err(StoreError::unavailable(format!(
+            "nats store {}: lock {:?} kept changing during release",
+            self.shown, lease.lock
+        )))
     }
-    async fn status(&self, _: &str) -> Result<LockRecord> {
-        unreachable!()
+
+    async fn status(&self, lock: &str) -> Result<LockRecord> {
+        let Some(bucket) = self.bucket().await? else {
+            return Ok(LockRecord::free(lock));
+        };
+        let entry = self.read(bucket, lock).await?;
+        Ok(self.record(bucket, lock, entry.as_ref()))
     }
+
     async fn list(&self) -> Result<Vec<LockRecord>> {
-        unreachable!()
+        let Some(bucket) = self.bucket().await? else {
+            return Ok(Vec::new());
+        };
+        let prefix = format!("$KV.{}.", self.bucket_name);
+        let subjects: Vec<(String, usize)> = self
+            .call("list", async {
+                let info = bucket.stream.info_with_subjects(format!("{prefix}>")).await?;
+                info.collect::<Vec<_>>().await.into_iter().collect::<std::result::Result<Vec<_>, _>>()
+            })
+            .await?;
+        let mut locks: Vec<String> =
+            subjects.iter().filter_map(|(subject, _)| subject.strip_prefix(&prefix)).map(lock_of).collect();
+        locks.sort();
+        let mut records = Vec::with_capacity(locks.len());
+        for lock in locks {
+            let entry = self.read(bucket, &lock).await?;
+            if entry.is_some() {
+                records.push(self.record(bucket, &lock, entry.as_ref()));
+            }
+        }
+        Ok(records)
     }
-    async fn revoke(&self, _: &str) -> Result<Option<LockRecord>> {
-        unreachable!()
+
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
+        let Some(bucket) = self.bucket().await? else {
+            return Ok(None);
+        };
+        for _ in 0..MAX_RACES {
+            let Some(entry) = self.read(bucket, lock).await? else {
+                return Ok(None);
+            };
+            if entry.gone {
+                return Ok(None);
+            }
+            let before = self.record(bucket, lock, Some(&entry));
+            // Same value, same token and TTL: nothing is freed.
+            let ttl = entry.ttl_secs.map(Duration::from_secs);
+            let acquired = entry
+                .acquired_ms
+                .unwrap_or_else(|| entry.written.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64));
+            let mut headers = Self::lease_headers(bucket, Some(entry.token), acquired, ttl);
+            headers.insert(REVOKED, "1");
+            if self.publish("revoke", lock, entry.seq, headers, &entry.holder).await?.is_some() {
+                return Ok(Some(before));
+            }
+        }
+        Err(StoreError::unavailable(format!("nats store {}: lock {lock:?} kept changing during revoke", self.shown)))
     }
-    async fn changed(&self, _: &str, _: Duration) {
-        unreachable!()
+
+    async fn changed(&self, lock: &str, max_wait: Duration) {
+        let deadline = Instant::now() + max_wait;
+        if let Ok(Err(_)) = tokio::time::timeout_at(deadline, self.wait_freed(lock)).await {
+            // The caller re-reads and may call again at once: do not spin while NATS is down.
+            tokio::time::sleep_until(deadline.min(Instant::now() + RETRY_PAUSE)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = |u: &str| parse_url(u, "shown").unwrap();
+        let one = t("nats://h:1234");
+        assert_eq!(
+            (one.servers, one.auth, one.bucket),
+            (vec!["nats://h:1234".to_string()], Auth::None, DEFAULT_BUCKET.into())
+        );
+        let two = t("nats://u:p%40ss@a,b:2/CHORIA_LEADER_ELECTION?replicas=3");
+        assert_eq!(two.servers, vec!["nats://a:4222", "nats://b:2"]);
+        assert_eq!(two.auth, Auth::User("u".into(), "p@ss".into()));
+        assert_eq!((two.bucket.as_str(), two.replicas, two.tls), ("CHORIA_LEADER_ELECTION", 3, false));
+        let tls = t("nats://s3cret@h?tlsca=/ca.pem&tlscert=/c.pem&tlskey=/k.pem&creds=/u.creds");
+        assert_eq!(tls.auth, Auth::Token("s3cret".into()));
+        assert!(tls.tls && tls.tls_ca.is_some() && tls.tls_cert.is_some() && tls.creds.is_some());
+        assert!(t("nats://h?tls=1").tls);
+        assert!(parse_url("nats://a,,b", "s").is_err());
+        assert!(parse_url("nats://h/bad.bucket", "s").is_err());
+        assert!(parse_url("nats://h?replicas=0", "s").is_err());
+        assert!(parse_url("nats://h?tlscert=/c.pem", "s").is_err());
+        assert!(parse_url("nats:h", "s").is_err());
+        assert!(parse_url("nats://h?tls_ca=/ca.pem", "s").unwrap_err().message.contains("unknown parameter ?tls_ca="));
+    }
+
+    #[test]
+    fn secrets_are_masked() {
+        assert_eq!(shown("nats://u:hunter2@h:4222/B"), "nats://u:***@h:4222/B");
+        assert_eq!(shown("nats://hunter2@h:4222"), "nats://***@h:4222");
+        assert_eq!(shown("nats://h:4222?creds=/x"), "nats://h:4222?creds=/x");
+    }
+
+    #[test]
+    fn keys() {
+        for lock in ["my_app", "nightly-report", "a/b.c=d", "x"] {
+            assert_eq!(key_of(lock), lock);
+        }
+        let awkward = ["", "=x", ".x", "x.", "a..b", "with space", "ünï", "*", ">", "a\\b", "%_", &"é".repeat(255)];
+        for lock in awkward {
+            let key = key_of(lock);
+            assert!(key.starts_with('=') && key[1..].bytes().all(|b| B64.contains(&b)), "{lock:?} -> {key:?}");
+            assert_eq!(lock_of(&key), lock);
+        }
+        assert_eq!(lock_of("=not base64!"), "=not base64!");
+        assert_eq!(lock_of("plain"), "plain");
+        for n in 0..10 {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 37 + 200) as u8).collect();
+            assert_eq!(unbase64url(&base64url(&bytes)).unwrap(), bytes);
+        }
+        assert_eq!(base64url(b"hello?"), "aGVsbG8_");
+    }
+
+    #[test]
+    fn ttls_round_up() {
+        assert_eq!(ttl_secs(Duration::from_millis(300)), 1);
+        assert_eq!(ttl_secs(Duration::from_secs(30)), 30);
+        assert_eq!(ttl_secs(Duration::from_millis(30_001)), 31);
     }
 }

