@@ -10,7 +10,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
-use crate::servers::{etcd::Etcd, mariadb::Mariadb, postgres::Postgres, redis::Redis};
+use crate::servers::{
+    etcd::Etcd, mariadb::Mariadb, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -19,6 +21,8 @@ pub enum Kind {
     Mariadb,
     Redis,
     Etcd,
+    Nats,
+    ZooKeeper,
 }
 
 impl Kind {
@@ -29,7 +33,11 @@ impl Kind {
             "mariadb" | "mysql" => Ok(Kind::Mariadb),
             "redis" => Ok(Kind::Redis),
             "etcd" => Ok(Kind::Etcd),
-            other => Err(format!("--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd")),
+            "nats" => Ok(Kind::Nats),
+            "zookeeper" | "zk" => Ok(Kind::ZooKeeper),
+            other => Err(format!(
+                "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper"
+            )),
         }
     }
 }
@@ -40,6 +48,8 @@ enum Server {
     Mariadb(Mariadb),
     Redis(Redis),
     Etcd(Etcd),
+    Nats(Nats),
+    ZooKeeper(ZooKeeper),
 }
 
 pub struct Backend {
@@ -56,6 +66,8 @@ impl Backend {
             Kind::Mariadb => Server::Mariadb(Mariadb::start()),
             Kind::Redis => Server::Redis(Redis::start()),
             Kind::Etcd => Server::Etcd(Etcd::start()),
+            Kind::Nats => Server::Nats(Nats::start()),
+            Kind::ZooKeeper => Server::ZooKeeper(ZooKeeper::start()),
         };
         let mut backend = Self { server, proxies: Vec::new() };
         if let Some(port) = backend.port() {
@@ -72,6 +84,8 @@ impl Backend {
             Server::Mariadb(db) => Some(db.port()),
             Server::Redis(r) => Some(r.port()),
             Server::Etcd(e) => Some(e.port()),
+            Server::Nats(n) => Some(n.port()),
+            Server::ZooKeeper(z) => Some(z.port()),
         }
     }
 
@@ -83,6 +97,8 @@ impl Backend {
             Server::Mariadb(db) => db.url(),
             Server::Redis(r) => r.url(),
             Server::Etcd(e) => e.url(),
+            Server::Nats(n) => n.url(),
+            Server::ZooKeeper(z) => z.url(),
         }
     }
 
@@ -109,6 +125,16 @@ impl Backend {
     /// Every process of the server: the one listening on its port and its children
     /// (PostgreSQL's backends).
     fn server_pids(&self) -> Vec<Pid> {
+        // Servers started from a configuration file (the port is not on their command line)
+        // say which process they are.
+        let known = match &self.server {
+            Server::Nats(n) => Some(n.pid()),
+            Server::ZooKeeper(z) => Some(z.pid()),
+            _ => None,
+        };
+        if let Some(pid) = known {
+            return pid.map(|pid| Pid::from_raw(pid as i32)).into_iter().collect();
+        }
         let Some(port) = self.port() else { return Vec::new() };
         let mut main = Vec::new();
         let mut all: Vec<(i32, i32)> = Vec::new();
@@ -156,6 +182,14 @@ impl Backend {
             Server::Etcd(e) => restart_until_up(e.port(), || {
                 e.stop();
                 e.start_again()
+            }),
+            Server::Nats(n) => restart_until_up(n.port(), || {
+                n.stop();
+                n.start_again()
+            }),
+            Server::ZooKeeper(z) => restart_until_up(z.port(), || {
+                z.stop();
+                z.start_again()
             }),
         }
     }

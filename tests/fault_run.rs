@@ -1,5 +1,5 @@
 //! The short fault runs: a few dozen faults against `leaderrun --wait` contenders, on the
-//! embedded store and on real PostgreSQL, MariaDB, Redis and etcd servers (started by the run itself,
+//! embedded store and on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers (started by the run itself,
 //! with server kill/restart, freeze and network faults); each fails on any overlapping
 //! children or fencing-token disorder. The long run is one command:
 //! `cargo run --release --bin leaderrun-faultrun -- --faults 1000 [--store postgres]`.
@@ -52,4 +52,14 @@ fn short_fault_run_on_redis_finds_no_overlap() {
 #[test]
 fn short_fault_run_on_etcd_finds_no_overlap() {
     short_run("etcd", 20);
+}
+
+#[test]
+fn short_fault_run_on_nats_finds_no_overlap() {
+    short_run("nats", 20);
+}
+
+#[test]
+fn short_fault_run_on_zookeeper_finds_no_overlap() {
+    short_run("zookeeper", 20);
 }
