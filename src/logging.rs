@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use tracing::level_filters::LevelFilter;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::FmtContext;
@@ -21,10 +22,12 @@ pub fn init(common: &CommonArgs) {
         (false, 2) => Level::DEBUG,
         (false, _) => Level::TRACE,
     };
-    // Only leaderrun's own events: sqlx and friends stay silent below -vvv.
+    // Only leaderrun's own events: the store clients (sqlx, async-nats, ...) stay silent below
+    // -vvv. Their errors reach the user through leaderrun's own one-line messages; printed
+    // as well, they would say the same thing twice, in another format (and break cron's quiet).
     let filter = tracing_subscriber::filter::Targets::new()
         .with_target("leaderrun", level)
-        .with_default(if level == Level::TRACE { Level::DEBUG } else { Level::ERROR });
+        .with_default(if level == Level::TRACE { LevelFilter::DEBUG } else { LevelFilter::OFF });
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let result = match common.log_format {

@@ -80,7 +80,6 @@ use async_nats::{ConnectOptions, HeaderMap};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::{timeout, Instant};
-use tracing::instrument::WithSubscriber;
 
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
@@ -132,20 +131,6 @@ enum Auth {
     None,
     User(String, String),
     Token(String),
-}
-
-/// The URL for messages: `redact` masks a password; a token alone (`nats://TOKEN@host`)
-/// is masked here too.
-fn shown(url: &str) -> String {
-    let shown = redact(url);
-    let Some((scheme, rest)) = shown.split_once("://") else {
-        return shown;
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((userinfo, _)) if !userinfo.contains(':') => format!("{scheme}://***@{}", &rest[userinfo.len() + 1..]),
-        _ => shown,
-    }
 }
 
 fn parse_url(url: &str, shown: &str) -> Result<Target> {
@@ -411,7 +396,7 @@ impl NatsStore {
     /// unreachable server or bad credentials are reported here, before anything runs.
     /// With `Access::Create` a missing bucket is created.
     pub async fn open(url: &str, access: Access) -> Result<Self> {
-        let shown = shown(url);
+        let shown = redact(url);
         let target = parse_url(url, &shown)?;
         let mut options = ConnectOptions::new()
             .name("leaderrun")
@@ -441,9 +426,9 @@ impl NatsStore {
             options = options.add_client_certificate(cert.clone(), key.clone());
         }
         tracing::trace!(op = "connect", "store request");
-        // async-nats logs a failed login at ERROR level itself; this store's error says it in one line.
-        let connect =
-            options.connect(target.servers.clone()).with_subscriber(tracing::subscriber::NoSubscriber::default());
+        // async-nats logs a failed login at ERROR level itself; logging.rs keeps other crates' events
+        // out below -vvv, and this store's error says it in one line.
+        let connect = options.connect(target.servers.clone());
         let client = match timeout(REQUEST_TIMEOUT, connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
@@ -900,9 +885,9 @@ mod tests {
 
     #[test]
     fn secrets_are_masked() {
-        assert_eq!(shown("nats://u:hunter2@h:4222/B"), "nats://u:***@h:4222/B");
-        assert_eq!(shown("nats://hunter2@h:4222"), "nats://***@h:4222");
-        assert_eq!(shown("nats://h:4222?creds=/x"), "nats://h:4222?creds=/x");
+        assert_eq!(redact("nats://u:hunter2@h:4222/B"), "nats://u:***@h:4222/B");
+        assert_eq!(redact("nats://hunter2@h:4222"), "nats://***@h:4222");
+        assert_eq!(redact("nats://h:4222?creds=/x"), "nats://h:4222?creds=/x");
     }
 
     #[test]

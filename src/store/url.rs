@@ -176,10 +176,16 @@ pub fn redact(url: &str) -> String {
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
+    // NATS takes a bare token as the user info (`nats://TOKEN@host`): all of it is secret.
+    let bare_secret = scheme.eq_ignore_ascii_case("nats");
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_string() };
+            let masked = match (userinfo.contains(':'), bare_secret) {
+                (true, _) => format!("{user}:***"),
+                (false, true) => "***".to_string(),
+                (false, false) => user.to_string(),
+            };
             let tail = redact_query(tail);
             format!("{scheme}://{masked}@{host}{tail}")
         }
@@ -241,5 +247,7 @@ mod tests {
         assert_eq!(redact("redis://:p%40ss@h"), "redis://:***@h");
         assert_eq!(redact("postgres://h/db?user=u&password=hunter2"), "postgres://h/db?user=u&password=***");
         assert_eq!(redact("sqlite:///a/b.db"), "sqlite:///a/b.db");
+        assert_eq!(redact("nats://s3cr3t-token@h:4222/B"), "nats://***@h:4222/B");
+        assert_eq!(redact("nats://u:hunter2@h"), "nats://u:***@h");
     }
 }
