@@ -5,10 +5,7 @@
 mod common;
 mod servers;
 
-use std::time::Duration;
-
 use common::*;
-use nix::sys::signal::Signal;
 use servers::etcd::Etcd;
 
 #[test]
@@ -38,38 +35,7 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
 #[test]
 fn a_holder_rides_out_a_short_outage() {
     let (etcd, sb) = (Etcd::start(), Sandbox::new());
-    let url = etcd.url();
-    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
-    let args = ["--lock", "worker", "--wait", "--ttl", "6s", "--renew-every", "1s", "--kill-after", "1s"];
-    let mut holder = sb.spawn("holder", sb.at(&url, &[&args[..], &["--", "sh", "-c", script]].concat()));
-    let child = sb.wait_pid("child.pid");
-    let (code, before) = status_json(&sb, &url, "worker");
-    assert_eq!(code, 0, "held: {before}");
-
-    etcd.stop();
-    std::thread::sleep(Duration::from_millis(1500));
-    etcd.start_again();
-
-    // Renewed since the restart (more than 4 s of a 6 s lease left), same token.
-    wait_for(
-        || {
-            let (code, s) = status_json(&sb, &url, "worker");
-            code == 0
-                && s["fencing_token"] == before["fencing_token"]
-                && s["expires_in_seconds"].as_f64().is_some_and(|left| left > 4.0)
-        },
-        WITHIN_A_LEASE,
-        "a renewal after the restart",
-    );
-    assert!(holder.try_status().is_none(), "the holder must still run; stderr {:?}", holder.stderr());
-    assert!(pid_alive(child), "the child must have kept running through the outage");
-
-    holder.signal(Signal::SIGTERM);
-    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
-    sb.wait_no_processes_left(SOON);
-    // A clean exit of a --wait holder frees the lock at once.
-    let (code, after) = status_json(&sb, &url, "worker");
-    assert_eq!((code, &after["fencing_token"]), (1, &before["fencing_token"]), "free, last token kept: {after}");
+    assert_holder_rides_out_an_outage(&sb, &etcd.url(), || etcd.stop(), || etcd.start_again(), None);
 }
 
 #[test]

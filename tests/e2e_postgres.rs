@@ -9,7 +9,6 @@ use std::process::Output;
 use std::time::Duration;
 
 use common::*;
-use nix::sys::signal::Signal;
 use servers::postgres::Postgres;
 
 #[test]
@@ -91,29 +90,7 @@ fn start_holder(sb: &Sandbox, url: &str, lease: &[&str]) -> (Wrapper, i32) {
 #[test]
 fn a_holder_rides_out_a_short_outage() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
-    let url = pg.url();
-    let (mut holder, child) = start_holder(&sb, &url, &["--ttl", "8s", "--renew-every", "1s", "--kill-after", "1s"]);
-
-    pg.stop();
-    std::thread::sleep(Duration::from_millis(1500));
-    pg.start_again();
-
-    // Renewed since the restart, same token: 8 s minus a 1.5 s outage leaves at most 6.5 s, so more than
-    // 7 s left means a renewal reached the new server.
-    wait_for(
-        || {
-            let (code, s) = status_json(&sb, &url, "worker");
-            code == 0 && s["fencing_token"] == 1 && s["expires_in_seconds"].as_f64().is_some_and(|left| left > 7.0)
-        },
-        WITHIN_A_LEASE,
-        "a renewal after the restart",
-    );
-    assert!(holder.try_status().is_none(), "the holder must still run; stderr {:?}", holder.stderr());
-    assert!(pid_alive(child), "the child must have kept running through the outage");
-
-    holder.signal(Signal::SIGTERM);
-    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
-    sb.wait_no_processes_left(SOON);
+    assert_holder_rides_out_an_outage(&sb, &pg.url(), || pg.stop(), || pg.start_again(), Some(pg.password()));
 }
 
 #[test]

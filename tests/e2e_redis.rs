@@ -5,10 +5,7 @@
 mod common;
 mod servers;
 
-use std::time::Duration;
-
 use common::*;
-use nix::sys::signal::Signal;
 use servers::redis::Redis;
 
 #[test]
@@ -48,33 +45,13 @@ fn a_wrong_password_exits_69_without_showing_it() {
 #[test]
 fn a_holder_rides_out_a_short_outage() {
     let (redis, sb) = (Redis::start(), Sandbox::new());
-    let url = redis.url();
-    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
-    let args = ["--lock", "worker", "--wait", "--ttl", "6s", "--renew-every", "1s", "--kill-after", "1s"];
-    let mut holder = sb.spawn("holder", sb.at(&url, &[&args[..], &["--", "sh", "-c", script]].concat()));
-    let child = sb.wait_pid("child.pid");
-
-    redis.stop();
-    std::thread::sleep(Duration::from_millis(1500));
-    redis.start_again();
-
-    // Renewed since the restart, same token: a lease of 6 s has at most 4.5 s left after
-    // an outage of 1.5 s, so more than 5 s left means a renewal reached the new server.
-    wait_for(
-        || {
-            let (code, s) = status_json(&sb, &url, "worker");
-            code == 0 && s["fencing_token"] == 1 && s["expires_in_seconds"].as_f64().is_some_and(|left| left > 5.0)
-        },
-        WITHIN_A_LEASE,
-        "a renewal after the restart",
+    assert_holder_rides_out_an_outage(
+        &sb,
+        &redis.url(),
+        || redis.stop(),
+        || redis.start_again(),
+        Some(redis.password()),
     );
-    assert!(holder.try_status().is_none(), "the holder must still run; stderr {:?}", holder.stderr());
-    assert!(pid_alive(child), "the child must have kept running through the outage");
-    assert!(!holder.stderr().contains(redis.password()), "{:?}", holder.stderr());
-
-    holder.signal(Signal::SIGTERM);
-    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
-    sb.wait_no_processes_left(SOON);
 }
 
 #[test]

@@ -488,3 +488,50 @@ pub fn assert_quiet_runs(runs: Vec<Wrapper>) {
         assert_eq!((stdout_of(&out), stderr_of(&out)), (String::new(), String::new()), "run {i} must be silent");
     }
 }
+
+/// A `--wait` holder (ttl 8 s, renewing every second) rides out a store outage of 1.5 s
+/// (`stop` takes the server down, `start` brings it back): its child keeps running, and a
+/// renewal after the restart extends the same lease — 8 s minus the outage leaves at most
+/// 6.5 s, so 7 s or more left shows a renewal reached the restarted server. SIGTERM then
+/// ends it with 143 and frees the lock, which keeps its token. `secret` (a password in the
+/// URL) never shows on the holder's stderr.
+pub fn assert_holder_rides_out_an_outage(
+    sb: &Sandbox,
+    url: &str,
+    stop: impl FnOnce(),
+    start: impl FnOnce(),
+    secret: Option<&str>,
+) {
+    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
+    let args = ["--lock", "worker", "--wait", "--ttl", "8s", "--renew-every", "1s", "--kill-after", "1s"];
+    let mut holder = sb.spawn("holder", sb.at(url, &[&args[..], &["--", "sh", "-c", script]].concat()));
+    let child = sb.wait_pid("child.pid");
+    let (code, before) = status_json(sb, url, "worker");
+    assert_eq!(code, 0, "held: {before}");
+
+    stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    start();
+
+    wait_for(
+        || {
+            let (code, s) = status_json(sb, url, "worker");
+            code == 0
+                && s["fencing_token"] == before["fencing_token"]
+                && s["expires_in_seconds"].as_f64().is_some_and(|left| left >= 7.0)
+        },
+        WITHIN_A_LEASE,
+        "a renewal after the restart",
+    );
+    assert!(holder.try_status().is_none(), "the holder must still run; stderr {:?}", holder.stderr());
+    assert!(pid_alive(child), "the child must have kept running through the outage");
+    if let Some(secret) = secret {
+        assert!(!holder.stderr().contains(secret), "{:?}", holder.stderr());
+    }
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
+    sb.wait_no_processes_left(SOON);
+    let (code, after) = status_json(sb, url, "worker");
+    assert_eq!((code, &after["fencing_token"]), (1, &before["fencing_token"]), "free, last token kept: {after}");
+}
