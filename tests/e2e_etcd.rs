@@ -11,25 +11,13 @@ use servers::etcd::Etcd;
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (etcd, sb) = (Etcd::start(), Sandbox::new());
-    let url = etcd.url();
-    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
-    assert_quiet_runs(running);
-    let runs = sb.lines("runs");
-    assert_eq!(runs.len(), 1, "exactly one child must run: {runs:?}");
-    let token: u64 = runs[0].strip_prefix("ran ").and_then(|t| t.parse().ok()).expect("ran TOKEN");
-    assert!(token > 0);
-    let (code, status) = status_json(&sb, &url, "nightly");
-    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(token)), "held for --min-hold: {status}");
+    assert_cron_fleet_runs_once(&sb, &etcd.url());
 }
 
 #[test]
 fn wait_handover_runs_every_waiter_once_in_turn() {
     let (etcd, sb) = (Etcd::start(), Sandbox::new());
-    let url = etcd.url();
-    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
-    assert_turns_taken(&sb, waiters);
+    assert_waiters_take_turns(&sb, &etcd.url());
 }
 
 #[test]

@@ -41,10 +41,7 @@ fn cron_fleet_runs_each_firing_exactly_once() {
 #[test]
 fn wait_handover_runs_every_waiter_once_in_turn() {
     let (db, sb) = (Mariadb::start(), Sandbox::new());
-    let url = db.url();
-    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
-    let tokens = assert_turns_taken(&sb, waiters);
+    let tokens = assert_waiters_take_turns(&sb, &db.url());
     assert_eq!(tokens, [1, 2, 3, 4], "one token per acquisition, exactly as the store wrote it");
 }
 

@@ -14,23 +14,14 @@ use servers::postgres::Postgres;
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
-    let url = pg.url();
     // Ten hosts fire at once on a database that has no table yet: all race to create it.
-    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
-    assert_quiet_runs(running);
-    assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
-    let (code, status) = status_json(&sb, &url, "nightly");
-    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(1)), "held for --min-hold: {status}");
+    assert_eq!(assert_cron_fleet_runs_once(&sb, &pg.url()), 1);
 }
 
 #[test]
 fn wait_handover_runs_every_waiter_once_in_turn() {
     let (pg, sb) = (Postgres::start(), Sandbox::new());
-    let url = pg.url();
-    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> = (0..5).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
-    assert_turns_taken(&sb, waiters);
+    assert_waiters_take_turns(&sb, &pg.url());
 }
 
 /// Exits 69 with one line on stderr that shows the URL masked and never `secret`.

@@ -16,29 +16,13 @@ use servers::zookeeper::ZooKeeper;
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (zk, sb) = (ZooKeeper::start(), Sandbox::new());
-    let url = zk.url();
-    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
-    assert_quiet_runs(running);
-    let runs = sb.lines("runs");
-    assert_eq!(runs.len(), 1, "exactly one child must run: {runs:?}");
-    let token: u64 = runs[0].strip_prefix("ran ").and_then(|t| t.parse().ok()).expect("ran TOKEN");
-    assert!(token > 0);
-    let (code, status) = status_json(&sb, &url, "nightly");
-    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(token)), "held for --min-hold: {status}");
-    // A late firing finds it taken, runs nothing and says nothing.
-    let late = sb.output(sb.at(&url, &args));
-    assert_eq!((late.status.code(), stderr_of(&late)), (Some(0), String::new()));
-    assert_eq!(sb.lines("runs").len(), 1);
+    assert_cron_fleet_runs_once(&sb, &zk.url());
 }
 
 #[test]
 fn wait_handover_runs_every_waiter_once_in_turn() {
     let (zk, sb) = (ZooKeeper::start(), Sandbox::new());
-    let url = zk.url();
-    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
-    assert_turns_taken(&sb, waiters);
+    assert_waiters_take_turns(&sb, &zk.url());
 }
 
 #[test]

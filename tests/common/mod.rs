@@ -535,3 +535,31 @@ pub fn assert_holder_rides_out_an_outage(
     let (code, after) = status_json(sb, url, "worker");
     assert_eq!((code, &after["fencing_token"]), (1, &before["fencing_token"]), "free, last token kept: {after}");
 }
+
+/// Ten hosts' cron fire `CRON_JOB` at once under `--lock nightly --min-hold 30s` on the store
+/// at `url`: all exit 0 without a word, exactly one child runs, and the lock stays held with
+/// that child's token; a late firing inside the min-hold runs nothing and says nothing.
+/// Returns the token.
+pub fn assert_cron_fleet_runs_once(sb: &Sandbox, url: &str) -> u64 {
+    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
+    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(url, &args))).collect();
+    assert_quiet_runs(running);
+    let runs = sb.lines("runs");
+    assert_eq!(runs.len(), 1, "exactly one child must run: {runs:?}");
+    let token: u64 = runs[0].strip_prefix("ran ").and_then(|t| t.parse().ok()).expect("ran TOKEN");
+    assert!(token > 0);
+    let (code, status) = status_json(sb, url, "nightly");
+    assert_eq!((code, &status["fencing_token"]), (0, &Value::from(token)), "held for --min-hold: {status}");
+    let late = sb.output(sb.at(url, &args));
+    assert_eq!((late.status.code(), stderr_of(&late)), (Some(0), String::new()), "a late firing");
+    assert_eq!(sb.lines("runs").len(), 1, "a late firing inside --min-hold must run nothing");
+    token
+}
+
+/// Four `--wait` runs of `TURN_TAKER` on the store at `url` take turns (see
+/// `assert_turns_taken`); returns the tokens in the order the turns were taken.
+pub fn assert_waiters_take_turns(sb: &Sandbox, url: &str) -> Vec<u64> {
+    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
+    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(url, &args))).collect();
+    assert_turns_taken(sb, waiters)
+}
