@@ -68,7 +68,7 @@ use etcd_client::{
     TlsOptions, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
 };
 use serde::{Deserialize, Serialize};
-use tokio::time::{timeout, Instant};
+use tokio::time::timeout;
 
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
@@ -81,8 +81,6 @@ const DEFAULT_PORT: u16 = 2379;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on every request (the elector bounds its calls too, usually tighter).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Pause after a failed watch, so a waiter does not spin while the cluster is down.
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// Guarded writes retried this often when the key changes under them before giving up.
 const MAX_RACES: usize = 20;
 
@@ -684,11 +682,7 @@ impl Store for EtcdStore {
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        let deadline = Instant::now() + max_wait;
-        if let Ok(Err(_)) = tokio::time::timeout_at(deadline, self.wait_deleted(lock)).await {
-            // The caller re-reads and may call again at once: do not spin while etcd is down.
-            tokio::time::sleep_until(deadline.min(Instant::now() + RETRY_PAUSE)).await;
-        }
+        super::watch_at_most(self.wait_deleted(lock), max_wait).await
     }
 }
 

@@ -190,6 +190,18 @@ pub fn read_url_file(store: &str, shown: &str, param: &str, path: Option<&str>) 
     .transpose()
 }
 
+/// `changed` for stores that watch the lock (etcd, NATS, ZooKeeper): `watch` returns once
+/// the lock may have changed, or fails; it is given at most `max_wait`. After a failure the
+/// wait pauses a little (within `max_wait`): the caller re-reads and may call again at once,
+/// and must not spin while the server is down.
+pub async fn watch_at_most(watch: impl std::future::Future<Output = Result<()>>, max_wait: Duration) {
+    const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(250);
+    let deadline = tokio::time::Instant::now() + max_wait;
+    if let Ok(Err(_)) = tokio::time::timeout_at(deadline, watch).await {
+        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + PAUSE_AFTER_FAILURE)).await;
+    }
+}
+
 /// Longest lock name accepted, in characters.
 pub const MAX_LOCK_NAME: usize = 255;
 

@@ -79,7 +79,7 @@ use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream::Stream}
 use async_nats::{ConnectOptions, HeaderMap};
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use tokio::time::{timeout, Instant};
+use tokio::time::timeout;
 
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
@@ -96,8 +96,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the client pings the server (three unanswered pings close the connection).
 const PING_INTERVAL: Duration = Duration::from_secs(3);
-/// Pause after a failed watch, so a waiter does not spin while the server is down.
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// Guarded writes retried this often when the key changes under them before giving up.
 const MAX_RACES: usize = 20;
 /// How long an expiry marker stays in buckets leaderrun creates (long enough for any
@@ -847,11 +845,7 @@ impl Store for NatsStore {
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        let deadline = Instant::now() + max_wait;
-        if let Ok(Err(_)) = tokio::time::timeout_at(deadline, self.wait_freed(lock)).await {
-            // The caller re-reads and may call again at once: do not spin while NATS is down.
-            tokio::time::sleep_until(deadline.min(Instant::now() + RETRY_PAUSE)).await;
-        }
+        super::watch_at_most(self.wait_freed(lock), max_wait).await
     }
 }
 

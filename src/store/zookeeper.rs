@@ -90,8 +90,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// leaderrun's default --ttl: sessions opened to read are made for it, so that a run with the
 /// default reuses its first session for the lease.
 const DEFAULT_TTL: Duration = Duration::from_secs(15);
-/// Pause after a failed watch, so a waiter does not spin while the ensemble is down.
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// Guarded writes retried this often when a node changes under them before giving up.
 const MAX_RACES: usize = 20;
 /// Name of the lease children, before the sequence number.
@@ -990,11 +988,7 @@ impl Store for ZooKeeperStore {
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        let deadline = Instant::now() + max_wait;
-        if let Ok(Err(_)) = tokio::time::timeout_at(deadline, self.wait_change(lock)).await {
-            // The caller re-reads and may call again at once: do not spin while ZooKeeper is down.
-            tokio::time::sleep_until(deadline.min(Instant::now() + RETRY_PAUSE)).await;
-        }
+        super::watch_at_most(self.wait_change(lock), max_wait).await
     }
 }
 
