@@ -5,16 +5,17 @@
 //! still has them); only an OS crash could lose them, which no test causes.
 
 use std::fs::File;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::process::{start_on_free_ports, ServerProcess};
 
 pub struct Etcd {
     dir: tempfile::TempDir,
     client_port: AtomicU16,
     peer_port: AtomicU16,
-    process: Mutex<Option<Child>>,
+    process: ServerProcess,
     /// With `start_tls`: the certificates, and a second client port that speaks only TLS.
     tls: Option<(super::tls::Certs, AtomicU16)>,
 }
@@ -32,21 +33,16 @@ impl Etcd {
 
     fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-etcd-").tempdir().expect("create a temp dir");
-        let (client_port, peer_port, process) = (AtomicU16::new(0), AtomicU16::new(0), Mutex::new(None));
+        let (client_port, peer_port, process) = (AtomicU16::new(0), AtomicU16::new(0), ServerProcess::default());
         let etcd = Self { dir, client_port, peer_port, process, tls };
-        // A port is free when chosen, but another process may take it first: try a few.
-        for attempt in 0.. {
+        let pick_ports = || {
             etcd.client_port.store(super::free_port(), Ordering::SeqCst);
             etcd.peer_port.store(super::free_port(), Ordering::SeqCst);
             if let Some((_, tls_port)) = &etcd.tls {
                 tls_port.store(super::free_port(), Ordering::SeqCst);
             }
-            match etcd.try_start() {
-                Ok(()) => break,
-                Err(why) if attempt >= 4 => panic!("etcd does not start: {why}"),
-                Err(_) => continue,
-            }
-        }
+        };
+        start_on_free_ports("etcd", pick_ports, || etcd.try_start());
         etcd
     }
 
@@ -76,10 +72,7 @@ impl Etcd {
 
     /// Stop the server cleanly (SIGTERM) and wait for it; data is kept.
     pub fn stop(&self) {
-        if let Some(mut child) = self.process.lock().unwrap().take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
-            let _ = child.wait();
-        }
+        self.process.stop()
     }
 
     /// Start the stopped server again, on the same ports, with the same data.
@@ -142,12 +135,10 @@ impl Etcd {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot run etcd (is etcd-server installed?): {e}"))?;
-        *self.process.lock().unwrap() = Some(child);
+        self.process.set(child);
         let started = Instant::now();
         loop {
-            let exited = self.process.lock().unwrap().as_mut().map(|c| c.try_wait().ok().flatten().is_some());
-            if exited != Some(false) {
-                self.process.lock().unwrap().take();
+            if self.process.exited() {
                 return Err(format!("etcd exited; log: {}", self.log_tail()));
             }
             let health =
@@ -167,14 +158,5 @@ impl Etcd {
         let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(10).collect();
         format!("{tail:#?}")
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.process.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

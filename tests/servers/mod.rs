@@ -7,6 +7,7 @@ pub mod etcd;
 pub mod mariadb;
 pub mod nats;
 pub mod postgres;
+pub mod process;
 pub mod redis;
 pub mod tls;
 pub mod zookeeper;

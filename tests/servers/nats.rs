@@ -14,10 +14,11 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::process::{start_on_free_ports, ServerProcess};
 
 pub const USER: &str = "leaderrun";
 
@@ -30,7 +31,7 @@ pub struct Nats {
     extra: String,
     /// Authenticate with a token (the password) instead of user and password.
     token: bool,
-    server: Mutex<Option<Child>>,
+    server: ServerProcess,
 }
 
 /// The nats-server binary, or a panic saying how to install it.
@@ -94,18 +95,13 @@ impl Nats {
             password,
             extra: extra.to_string(),
             token,
-            server: Mutex::new(None),
+            server: ServerProcess::default(),
         };
-        // A port is free when chosen, but another process may take it first: try a few.
-        for attempt in 0.. {
+        let pick_ports = || {
             nats.port.store(super::free_port(), Ordering::SeqCst);
             nats.monitor_port.store(super::free_port(), Ordering::SeqCst);
-            match nats.try_start() {
-                Ok(()) => break,
-                Err(why) if attempt >= 4 => panic!("nats-server does not start: {why}"),
-                Err(_) => continue,
-            }
-        }
+        };
+        start_on_free_ports("nats-server", pick_ports, || nats.try_start());
         nats
     }
 
@@ -133,15 +129,12 @@ impl Nats {
 
     /// The running server process.
     pub fn pid(&self) -> Option<u32> {
-        self.server.lock().unwrap().as_ref().map(Child::id)
+        self.server.pid()
     }
 
     /// Stop the server (SIGTERM: it flushes JetStream and exits) and wait for it.
     pub fn stop(&self) {
-        if let Some(mut child) = self.server.lock().unwrap().take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
-            let _ = child.wait();
-        }
+        self.server.stop()
     }
 
     /// Start the stopped server again, on the same ports, with the same data.
@@ -194,12 +187,10 @@ impl Nats {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot run nats-server: {e}"))?;
-        *self.server.lock().unwrap() = Some(child);
+        self.server.set(child);
         let started = Instant::now();
         loop {
-            let exited = self.server.lock().unwrap().as_mut().map(|c| c.try_wait().ok().flatten().is_some());
-            if exited != Some(false) {
-                self.server.lock().unwrap().take();
+            if self.server.exited() {
                 return Err(format!("nats-server exited; log: {}", self.log_tail()));
             }
             if self.monitor_get("/healthz?js-enabled-only=true").is_some_and(|body| body.contains("ok")) {
@@ -217,14 +208,5 @@ impl Nats {
         let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(10).collect();
         format!("{tail:#?}")
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.server.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

@@ -7,16 +7,17 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::process::{start_on_free_ports, ServerProcess};
 
 pub struct Redis {
     dir: tempfile::TempDir,
     port: AtomicU16,
     password: String,
-    server: Mutex<Option<Child>>,
+    server: ServerProcess,
     /// With `start_tls`: the certificates, and a second port that speaks only TLS.
     tls: Option<(super::tls::Certs, AtomicU16)>,
 }
@@ -36,20 +37,14 @@ impl Redis {
     fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-redis-").tempdir().expect("create a temp dir");
         let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
-        let redis = Self { dir, port: AtomicU16::new(0), password, server: Mutex::new(None), tls };
-        // The port is free when chosen, but another process may take it before the
-        // server binds it: try a few.
-        for attempt in 0.. {
+        let redis = Self { dir, port: AtomicU16::new(0), password, server: ServerProcess::default(), tls };
+        let pick_ports = || {
             redis.port.store(super::free_port(), Ordering::SeqCst);
             if let Some((_, tls_port)) = &redis.tls {
                 tls_port.store(super::free_port(), Ordering::SeqCst);
             }
-            match redis.try_start() {
-                Ok(()) => break,
-                Err(why) if attempt >= 4 => panic!("Redis does not start: {why}"),
-                Err(_) => continue,
-            }
-        }
+        };
+        start_on_free_ports("Redis", pick_ports, || redis.try_start());
         redis
     }
 
@@ -83,10 +78,7 @@ impl Redis {
 
     /// Stop the server (SIGTERM: it finishes writing the append-only file and exits).
     pub fn stop(&self) {
-        if let Some(mut child) = self.server.lock().unwrap().take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
-            let _ = child.wait();
-        }
+        self.server.stop()
     }
 
     /// Start the stopped server again, on the same port, with the same data.
@@ -157,7 +149,7 @@ impl Redis {
                 return Err(format!("redis-server exited with {status}: {log}"));
             }
             if self.command(&["PING"]).is_ok_and(|reply| reply.starts_with("+PONG")) {
-                *self.server.lock().unwrap() = Some(child);
+                self.server.set(child);
                 return Ok(());
             }
             if started.elapsed() > Duration::from_secs(30) {
@@ -166,15 +158,6 @@ impl Redis {
                 return Err("no PONG within 30 s".into());
             }
             std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.server.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }

@@ -10,10 +10,11 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::process::{start_on_free_ports, ServerProcess};
 
 /// Where Debian's package puts the server's jar.
 const JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -23,7 +24,7 @@ pub const MAX_SESSION_TIMEOUT_MS: u64 = 120_000;
 pub struct ZooKeeper {
     dir: tempfile::TempDir,
     port: AtomicU16,
-    process: Mutex<Option<Child>>,
+    process: ServerProcess,
 }
 
 impl ZooKeeper {
@@ -33,16 +34,8 @@ impl ZooKeeper {
             panic!("ZooKeeper or Java is missing: apt-get install -y zookeeper");
         }
         let dir = tempfile::Builder::new().prefix("leaderrun-zk-").tempdir().expect("create a temp dir");
-        let zk = Self { dir, port: AtomicU16::new(0), process: Mutex::new(None) };
-        // The port is free when chosen, but another process may take it first: try a few.
-        for attempt in 0.. {
-            zk.port.store(super::free_port(), Ordering::SeqCst);
-            match zk.try_start() {
-                Ok(()) => break,
-                Err(why) if attempt >= 4 => panic!("ZooKeeper does not start: {why}"),
-                Err(_) => continue,
-            }
-        }
+        let zk = Self { dir, port: AtomicU16::new(0), process: ServerProcess::default() };
+        start_on_free_ports("ZooKeeper", || zk.port.store(super::free_port(), Ordering::SeqCst), || zk.try_start());
         zk
     }
 
@@ -57,15 +50,12 @@ impl ZooKeeper {
 
     /// The running server's process id.
     pub fn pid(&self) -> Option<u32> {
-        self.process.lock().unwrap().as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// Stop the server (SIGTERM) and wait for it; data and sessions are kept.
     pub fn stop(&self) {
-        if let Some(mut child) = self.process.lock().unwrap().take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
-            let _ = child.wait();
-        }
+        self.process.stop()
     }
 
     /// Start the stopped server again, on the same port, with the same data.
@@ -130,7 +120,7 @@ impl ZooKeeper {
             }
             // `ruok` answers before the server takes sessions; `srvr` says when it does.
             if self.four_letters("srvr").is_ok_and(|answer| answer.contains("Mode: ")) {
-                *self.process.lock().unwrap() = Some(child);
+                self.process.set(child);
                 return Ok(());
             }
             if started.elapsed() > Duration::from_secs(60) {
@@ -157,9 +147,6 @@ impl Drop for ZooKeeper {
         if std::thread::panicking() {
             eprintln!("ZooKeeper's log ends with: {}", self.log_tail());
         }
-        if let Some(mut child) = self.process.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // The process itself is killed when `process` is dropped.
     }
 }
