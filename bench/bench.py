@@ -55,7 +55,7 @@ PROBE = ROOT / "target" / "release" / "leaderrun-probe"
 MARK_VAR = "LEADERRUN_BENCH_RUN"
 MARK = uuid.uuid4().hex
 
-FIGURES = ("overhead", "handoff", "failover", "standby", "memory")
+FIGURES = ("overhead", "handoff", "failover", "standby", "memory", "contract")
 
 
 # --------------------------------------------------------------------------- stores
@@ -266,17 +266,20 @@ class Contender:
 
 
 def leaderrun_row(store: Store) -> Contender:
-    return Contender(f"leaderrun {store.name}", store.name, leaderrun_command, is_leaderrun=True)
+    # "contract" sets leaderrun next to an anchor: only where there is one.
+    figures = frozenset(FIGURES) if any(a.store == store.name for a in ANCHORS) else frozenset(FIGURES) - {"contract"}
+    return Contender(f"leaderrun {store.name}", store.name, leaderrun_command, figures=figures, is_leaderrun=True)
 
 
-# Other lock tools measured next to a store. `etcdctl lock` always waits its turn,
-# never stops its child when its lease is lost, and does not pass the child's exit
-# status on (7 becomes 1): it takes part in overhead and handoff only.
+# Other lock tools measured next to a store. `etcdctl lock` always waits its turn and has
+# no --ttl, -vvv or watchdog: it takes part in overhead, handoff and "contract" (what its
+# child sees: whether its exit status is passed on, whether it is stopped when the lease
+# is lost) only.
 ANCHORS: list[Contender] = [
     Contender("etcdctl lock", "etcd",
               lambda s, lock, child, wait, flags: ["etcdctl", f"--endpoints={s.info['endpoint']}",
                                                    "lock", lock, "--", *map(str, child)],
-              figures=frozenset({"overhead", "handoff"})),
+              figures=frozenset({"overhead", "handoff", "contract"})),
 ]
 
 
@@ -792,6 +795,49 @@ def fig_standby(session: Session, c: Contender, cfg: dict, procs_mark: str) -> d
     }
 
 
+def revoke_every_etcd_lease(endpoint: str) -> int:
+    """Revoke every lease the etcd server has (as when they lapse); returns how many."""
+    listed = subprocess.run(["etcdctl", f"--endpoints={endpoint}", "lease", "list"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    ids = [word for word in listed[1:] if all(ch in "0123456789abcdef" for ch in word) and word != "found"]
+    for lease in ids:
+        subprocess.run(["etcdctl", f"--endpoints={endpoint}", "lease", "revoke", lease],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return len(ids)
+
+
+def fig_contract(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict:
+    """What the child sees, next to the anchor: (1) a one-shot run whose child exits 7 — what
+    the wrapper exits with; (2) a holder whose etcd lease is revoked under it (as when it lapses
+    in a partition) — whether its child is stopped, and how soon."""
+    d = session.dir / f"contract-{slug(c.label)}"
+    d.mkdir()
+    flags = ["--ttl", cfg["contract_ttl"], "--kill-after", cfg["contract_kill_after"]] if c.is_leaderrun else []
+    exit_7 = subprocess.run(c.command(session, lock_name("exit7"), ["sh", "-c", "exit 7"], False, flags),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode
+    pidfile = d / "child.pid"
+    child = ["sh", "-c", f'echo $$ > "{pidfile}.tmp"; mv "{pidfile}.tmp" "{pidfile}"; exec sleep 1000']
+    with open(d / "holder.stderr", "wb") as errf, Procs(procs_mark) as procs:
+        holder = procs.spawn(c.command(session, lock_name("loss"), child, True, flags), stderr=errf)
+        deadline = time.monotonic() + 20
+        while not pidfile.exists():
+            if time.monotonic() > deadline or holder.poll() is not None:
+                return {"label": c.label, "exit_7": exit_7, "failure": "the child never started"}
+            time.sleep(0.01)
+        pid = int(pidfile.read_text())
+        revoked_at = time.monotonic()
+        revoked = revoke_every_etcd_lease(session.info["endpoint"])
+        stopped_after = None
+        while time.monotonic() - revoked_at < cfg["contract_patience"]:
+            if not pid_alive(pid):
+                stopped_after = time.monotonic() - revoked_at
+                break
+            time.sleep(0.005)
+        wrapper_exit = holder.wait(timeout=10) if stopped_after is not None else None
+    return {"label": c.label, "exit_7": exit_7, "leases_revoked": revoked, "stopped_after_s": stopped_after,
+            "wrapper_exit": wrapper_exit, "ttl": cfg["contract_ttl"] if c.is_leaderrun else None}
+
+
 def count_requests(path: Path) -> Counter:
     with open(path, "rb") as f:
         text = f.read().decode(errors="replace")
@@ -893,6 +939,9 @@ def run_all(cfg: dict, only: Optional[set], tmp: Path) -> dict:
                     if "memory" in c.figures:
                         say(f"[{store.name}] 5. memory: {c.label}")
                         attempt("memory", c.label, lambda: fig_memory(session, c, cfg, fig_mark))
+                    if "contract" in c.figures:
+                        say(f"[{store.name}] 6. what the child sees: {c.label}")
+                        attempt("contract", c.label, lambda: fig_contract(session, c, cfg, fig_mark))
             finally:
                 if store.stop:
                     try:
@@ -1053,6 +1102,21 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
                      f"{mib(r['watchdog_hwm_kib'])} ({mib(r['watchdog_rss_kib'])})",
                      f"{mib(r['standby_hwm_kib'])} ({mib(r['standby_rss_kib'])})", r["renewals"]])
     parts += [md_table(["row", "wrapper MiB", "watchdog MiB", "standby wrapper MiB", "renewals before sampling"], rows), ""]
+
+    parts += ["## 6. What the child sees, next to `etcdctl lock`", "",
+              "A one-shot run whose child exits 7: the wrapper's exit status. Then a holder whose etcd lease "
+              "is revoked under it (every lease on the server, as when a lease lapses in a partition): whether "
+              f"its child is stopped, and when (watched for {cfg['contract_patience']:g} s).", ""]
+    rows = []
+    for r in results["contract"]:
+        if "failure" in r or "error" in r:
+            rows.append([r["label"], r.get("exit_7", "—"), r.get("failure") or r["error"], "—"])
+            continue
+        after = (f"stopped after {r['stopped_after_s'] * 1e3:.0f} ms (ttl {r['ttl']})" if r["ttl"] else
+                 f"stopped after {r['stopped_after_s'] * 1e3:.0f} ms") if r["stopped_after_s"] is not None else \
+            f"still running {cfg['contract_patience']:g} s later"
+        rows.append([r["label"], r["exit_7"], after, r["wrapper_exit"] if r["wrapper_exit"] is not None else "still running"])
+    parts += [md_table(["row", "child exits 7, wrapper exits", "child after its lease is revoked", "wrapper exits"], rows), ""]
     return "\n".join(parts)
 
 
@@ -1060,7 +1124,8 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
 
 FULL = dict(hf_warmup=30, hf_runs=300, handoffs=200, handoff_hold="150ms", failovers=10,
             failover_ttl="2s", failover_renew="500ms", failover_kill_after="500ms",
-            standby_settle=1.0, standby_seconds=10.0, memory_ttl="3s", memory_renew="250ms", memory_after=1.6)
+            standby_settle=1.0, standby_seconds=10.0, memory_ttl="3s", memory_renew="250ms", memory_after=1.6,
+            contract_ttl="3s", contract_kill_after="1s", contract_patience=15.0)
 QUICK = dict(FULL, hf_warmup=5, hf_runs=40, handoffs=30, failovers=3, standby_seconds=3.0)
 
 
