@@ -119,6 +119,14 @@ impl Payload for Supervisor {
         for (name, value) in env_overrides(lease) {
             command.env(name, value);
         }
+        // The child tells the watchdog its group itself, before its program starts.
+        if let Some(fd) = watchdog.pipe_fd() {
+            // SAFETY: runs between fork and exec; announce_from_child makes only
+            // async-signal-safe system calls and does not allocate.
+            unsafe {
+                command.pre_exec(move || watchdog::announce_from_child(fd));
+            }
+        }
         let terminal = terminal::in_foreground();
         if terminal {
             // SAFETY: runs between fork and exec; take_foreground makes only

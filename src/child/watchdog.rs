@@ -62,6 +62,12 @@ impl Watchdog {
         Ok(watchdog)
     }
 
+    /// The write end of the pipe, for `announce_from_child`.
+    pub fn pipe_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.pipe.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
     /// The child's process group to guard.
     pub fn guard(&mut self, pgid: Pid) {
         self.send(&format!("P {}", pgid.as_raw()));
@@ -85,6 +91,43 @@ impl Watchdog {
                 tracing::warn!("cannot reach the watchdog: {err}");
             }
         }
+    }
+}
+
+/// Tell the watchdog "P <own pid>" from a just-forked child, before it executes its
+/// program: the child leads its own process group by then, so that is the group to guard.
+/// Without it, a wrapper killed between the spawn and its own `guard` call would leave the
+/// watchdog not knowing which group to stop, and the child running on.
+///
+/// Runs between fork and exec: only async-signal-safe calls (getpid, write), no allocation.
+/// `fd` is the wrapper's end of the pipe, which the forked child still holds (it is closed
+/// on exec). The line fits in one atomic pipe write.
+pub fn announce_from_child(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: getpid has no preconditions.
+    let mut pid = unsafe { libc::getpid() } as u32;
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (pid % 10) as u8;
+        n += 1;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    let mut line = [0u8; 13];
+    line[..2].copy_from_slice(b"P ");
+    for i in 0..n {
+        line[2 + i] = digits[n - 1 - i];
+    }
+    line[2 + n] = b'\n';
+    let len = 3 + n;
+    // SAFETY: `line` is valid for `len` bytes; write is async-signal-safe.
+    let written = unsafe { libc::write(fd, line.as_ptr().cast(), len) };
+    if written == len as isize {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("cannot tell the watchdog which process group to guard"))
     }
 }
 
@@ -211,4 +254,44 @@ pub fn main(args: &[String]) -> u8 {
     // The pipe closed without a goodbye: the wrapper is gone.
     guard.orphaned();
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+
+    use super::*;
+
+    #[test]
+    fn a_child_announces_the_group_it_leads_before_its_program_runs() {
+        let (read_end, write_end) = nix::unistd::pipe().expect("a pipe");
+        let fd = write_end.as_raw_fd();
+        let mut command = Command::new("sh");
+        // The program itself writes a second line: it must come after the announcement.
+        command.args(["-c", "echo ran >&3"]).process_group(0);
+        // SAFETY: announce_from_child is async-signal-safe; dup2 too.
+        unsafe {
+            command.pre_exec(move || {
+                announce_from_child(fd)?;
+                // SAFETY: dup2 on two descriptors this process holds.
+                match unsafe { libc::dup2(fd, 3) } {
+                    3 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+        let mut child = command.spawn().expect("spawn sh");
+        let pid = child.id();
+        assert!(child.wait().expect("wait").success());
+        drop(write_end);
+        let mut text = String::new();
+        std::fs::File::from(read_end).read_to_string(&mut text).unwrap();
+        assert_eq!(
+            text,
+            format!("P {pid}\nran\n"),
+            "the group (the child's own pid, as it leads it), then the program"
+        );
+    }
 }
