@@ -121,13 +121,14 @@ pub const STORES: &[(&str, &str)] = &[
          replicas=3 in a cluster; expiry follows the server's wall clock.",
     ),
     (
-        "zk://[user:pass@]host:2181[,host2:2181...][/path]",
+        "zk://[user:pass@]host:2181[,host2:2181...][/path][?tls=1&cacert=FILE]",
         "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl + 25%: an ephemeral \
          sequential child of the lock's node, the lowest child holding it; the fencing token is its sequence \
          number + 1. Expiry is judged by the ZooKeeper leader; a session longer than the server's \
          maxSessionTimeout is refused. Renewals sync and read the child on its own session; waiters watch the \
          holder's child. user:pass is the digest scheme, with creator-only ACLs. --min-hold is judged on wall \
-         clocks. Never delete the lock nodes by hand. TLS is not supported yet.",
+         clocks. Never delete the lock nodes by hand. TLS: ?tls=1&cacert=FILE (the secureClientPort), and a client \
+         certificate from &cert=FILE&key=FILE.",
     ),
     (
         "grants",

@@ -76,7 +76,7 @@ async fn errors_say_what_went_wrong_without_the_password() {
     let closed = format!("zk://app:hunter2@127.0.0.1:{}", servers::free_port());
     check(open_url(&closed, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "***");
     let tls = format!("zk://app:hunter2@127.0.0.1:{port}?tls=1");
-    check(open_url(&tls, Access::Create).await.err().unwrap(), ErrorKind::Refused, "not supported yet");
+    check(open_url(&tls, Access::Create).await.err().unwrap(), ErrorKind::Refused, "cacert=FILE");
 
     // A ttl longer than the longest session the server grants: the server would expire the
     // lease before its holder's deadline.
@@ -141,4 +141,48 @@ async fn a_lease_session_outlasts_the_ttl_by_a_quarter() {
     let status = store.status(&lock).await.unwrap();
     assert_eq!(status.expires_in, Some(TTL * 5 / 4), "{status:?}");
     assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_tls_with_the_servers_ca() {
+    let server = tokio::task::spawn_blocking(ZooKeeper::start_tls).await.unwrap();
+    let store = open_url(&server.tls_url(), Access::Create).await.expect("open over TLS with a client certificate");
+    let lock = unique("tls");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    // The same lock seen over the plain port: one server, one lease.
+    let plain = open_url(&server.url(), Access::Create).await.unwrap();
+    assert_eq!(plain.status(&lock).await.unwrap().holder.as_deref(), Some("a"));
+    held(&*plain, &lock, "b").await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    won(&*plain, &lock, "b", TTL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_errors_say_what_went_wrong() {
+    let server = tokio::task::spawn_blocking(ZooKeeper::start_tls).await.unwrap();
+    let url = server.tls_url();
+    let base = url.split_once('?').unwrap().0.to_string();
+    let certs = server.certs();
+    let one_line = |err: &StoreError| assert!(!err.message.contains('\n'), "one line: {:?}", err.message);
+    // Another CA than the server's: its certificate is not trusted.
+    let other = servers::tls::Certs::new();
+    let (cert, key) = (certs.client_cert().display().to_string(), certs.client_key().display().to_string());
+    let untrusted = format!("{base}?tls=1&cacert={}&cert={cert}&key={key}", other.ca().display());
+    let err = open_url(&untrusted, Access::Create).await.err().expect("an untrusted server certificate");
+    one_line(&err);
+    assert!(err.message.contains("TLS handshake"), "{}", err.message);
+    // No client certificate, which the server requires.
+    let err = open_url(&format!("{base}?tls=1&cacert={}", certs.ca().display()), Access::Create)
+        .await
+        .err()
+        .expect("no client cert");
+    one_line(&err);
+    // A CA file that is not there.
+    let err = open_url(&format!("{base}?tls=1&cacert=/nonexistent/ca.pem"), Access::Create)
+        .await
+        .err()
+        .expect("a missing CA file");
+    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    assert!(err.message.contains("cacert=/nonexistent/ca.pem"), "{}", err.message);
 }

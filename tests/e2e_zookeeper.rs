@@ -130,3 +130,15 @@ fn an_outage_longer_than_the_lease_stops_the_child() {
     assert!(next > before["fencing_token"].as_u64().expect("a token"), "{next} after {before}");
     sb.wait_no_processes_left(SOON);
 }
+
+#[test]
+fn runs_over_mutual_tls() {
+    let (zk, sb) = (ZooKeeper::start_tls(), Sandbox::new());
+    let url = zk.tls_url();
+    let out =
+        sb.output(sb.at(&url, &["--lock", "tls", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/ran""#]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    let token = sb.read("ran").trim().parse::<u64>().expect("a token");
+    let (code, status) = status_json(&sb, &url, "tls");
+    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(token)), "held for --min-hold: {status}");
+}

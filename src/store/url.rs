@@ -105,6 +105,7 @@ pub enum Access {
 
 /// Open the store a spec names.
 pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, StoreError> {
+    choose_crypto_provider();
     match spec {
         #[cfg(feature = "sqlite")]
         StoreSpec::Sqlite { path, default } => {
@@ -127,6 +128,24 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::ZooKeeper { url } => Ok(Box::new(super::zookeeper::ZooKeeperStore::open(url, access).await?)),
         #[allow(unreachable_patterns)]
         _ => Err(StoreError::refused("this store is not compiled into this build of leaderrun")),
+    }
+}
+
+/// The store clients bring rustls with two crypto backends (ring, and aws-lc-rs through the
+/// ZooKeeper client's TLS); rustls then cannot pick one by itself and panics on the first TLS
+/// connection. Choose ring for the whole process, before any store connects.
+fn choose_crypto_provider() {
+    #[cfg(any(
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "etcd",
+        feature = "nats",
+        feature = "zookeeper"
+    ))]
+    {
+        // Already chosen (a second open in the same process): fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

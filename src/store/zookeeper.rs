@@ -65,8 +65,11 @@
 //! Auth: `user:pass@` is ZooKeeper's `digest` scheme; nodes are then created with a creator-only
 //! ACL, so other credentials can neither read nor change them (ZooKeeper keeps no list of users:
 //! a wrong password shows as "not authorized" on the nodes the right one created).
-//! Not supported yet: TLS (ZooKeeper's `secureClientPort`, `?tls=1`), refused with a message
-//! saying so. A password never appears in a message: they are built from `url::redact`.
+//! TLS: `?tls=1` (the Java client's `zookeeper.client.secure=true` is accepted too) connects
+//! to the servers' `secureClientPort`, trusting the CA in `&cacert=FILE` (required: ZooKeeper
+//! ensembles use private CAs), with a client certificate from `&cert=FILE&key=FILE` for
+//! `ssl.clientAuth=need` (all PEM). A password never appears in a message: they are built
+//! from `url::redact`.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -76,7 +79,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::time::{timeout, Instant};
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState, Stat};
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState, Stat, TlsOptions};
 
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
@@ -120,6 +123,15 @@ struct Target {
     hosts: String,
     user: Option<(String, String)>,
     root: String,
+    /// TLS (`?tls=1`): the PEM files of the CA (required) and of a client certificate.
+    tls: Option<TlsFiles>,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TlsFiles {
+    cacert: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
 }
 
 fn parse_url(url: &str, shown: &str) -> Result<Target> {
@@ -130,15 +142,27 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
         return Err(bad(expected));
     }
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (mut tls, mut files) = (false, TlsFiles::default());
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if matches!(key, "tls" | "secure" | "zookeeper.client.secure") {
-            if matches!(value, "0" | "false") {
-                continue;
-            }
-            return Err(bad("TLS (ZooKeeper's secureClientPort) is not supported yet; use zk:// on a trusted network"));
+        let value = percent_decode(value);
+        match key {
+            // `zookeeper.client.secure` is the Java client's name for it.
+            "tls" | "secure" | "zookeeper.client.secure" => tls = !matches!(value.as_str(), "0" | "false"),
+            "cacert" => files.cacert = Some(value),
+            "cert" => files.cert = Some(value),
+            "key" => files.key = Some(value),
+            _ => tracing::warn!("zookeeper store {shown}: ignoring the unknown parameter {key:?}"),
         }
-        tracing::warn!("zookeeper store {shown}: ignoring the unknown parameter {key:?}");
+    }
+    if files != TlsFiles::default() && !tls {
+        return Err(bad("cacert=, cert= and key= need TLS (?tls=1, for the server's secureClientPort)"));
+    }
+    if tls && files.cacert.is_none() {
+        return Err(bad("TLS needs the CA of the server's certificate: ?tls=1&cacert=FILE"));
+    }
+    if files.cert.is_some() != files.key.is_some() {
+        return Err(bad("cert= and key= go together"));
     }
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (user, hosts) = match authority.rsplit_once('@') {
@@ -167,7 +191,26 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
     if root == "/zookeeper" || root.starts_with("/zookeeper/") {
         return Err(bad("/zookeeper is ZooKeeper's own subtree; choose another path"));
     }
-    Ok(Target { hosts: endpoints.join(","), user, root })
+    Ok(Target { hosts: endpoints.join(","), user, root, tls: tls.then_some(files) })
+}
+
+/// The client's TLS settings from the URL's PEM files: the CA, and a client certificate.
+fn tls_options(files: &TlsFiles, shown: &str) -> Result<TlsOptions> {
+    let read = |param: &str, path: &Option<String>| -> Result<Option<String>> {
+        let bytes = super::read_url_file("zookeeper", shown, param, path.as_deref())?;
+        Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    };
+    let bad = |what: &str, e: ZkError| StoreError::refused(format!("zookeeper store {shown}: {what}: {e}"));
+    let mut options = TlsOptions::new();
+    if let Some(ca) = read("cacert", &files.cacert)? {
+        options = options.with_pem_ca(&ca).map_err(|e| bad("cacert= holds no usable certificate", e))?;
+    }
+    if let (Some(cert), Some(key)) = (read("cert", &files.cert)?, read("key", &files.key)?) {
+        options = options
+            .with_pem_identity(&cert, &key)
+            .map_err(|e| bad("cert= and key= do not make a client identity", e))?;
+    }
+    Ok(options)
 }
 
 /// `%XX` escapes in a URL part (a password may need them for `@`, `:` or `/`).
@@ -272,7 +315,7 @@ fn describe(err: &ZkError) -> String {
         ZkError::NoAuth => {
             "not authorized (a wrong password, or nodes another user created: ZooKeeper ACLs)".to_string()
         }
-        ZkError::NoHosts => "cannot reach any server (connection refused or no answer)".to_string(),
+        ZkError::NoHosts => "cannot reach any server: connection refused, no answer".to_string(),
         ZkError::Timeout => format!("no answer within {}s", REQUEST_TIMEOUT.as_secs()),
         ZkError::ConnectionLoss => "not connected to a server (reconnecting)".to_string(),
         ZkError::SessionExpired => "the session expired".to_string(),
@@ -350,6 +393,8 @@ enum Lookup {
 pub struct ZooKeeperStore {
     hosts: String,
     user: Option<(String, String)>,
+    /// With TLS: the client's settings, read from the URL's files once.
+    tls: Option<TlsOptions>,
     root: String,
     access: Access,
     /// The URL without its password, for messages.
@@ -371,9 +416,14 @@ impl ZooKeeperStore {
     pub async fn open(url: &str, access: Access) -> Result<Self> {
         let shown = redact(url);
         let target = parse_url(url, &shown)?;
+        let tls = match &target.tls {
+            Some(files) => Some(tls_options(files, &shown)?),
+            None => None,
+        };
         let store = Self {
             hosts: target.hosts,
             user: target.user,
+            tls,
             root: target.root,
             access,
             shown,
@@ -411,7 +461,11 @@ impl ZooKeeperStore {
     }
 
     fn error(&self, op: &str, err: &ZkError) -> StoreError {
-        let message = format!("zookeeper store {}: {op}: {}", self.shown, describe(err));
+        let mut message = format!("zookeeper store {}: {op}: {}", self.shown, describe(err));
+        if self.tls.is_some() && matches!(err, ZkError::NoHosts) {
+            // The client library does not say why a TLS connection failed.
+            message.push_str(" or a failed TLS handshake (check cacert=, cert= and key=; -vvv shows more)");
+        }
         if transient(err) {
             StoreError::unavailable(message)
         } else {
@@ -427,7 +481,12 @@ impl ZooKeeperStore {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
         tracing::trace!(op = "connect", "store request");
-        match timeout(REQUEST_TIMEOUT, connector.connect(&self.hosts)).await {
+        let connecting: std::pin::Pin<Box<dyn Future<Output = std::result::Result<Client, ZkError>> + Send>> =
+            match &self.tls {
+                Some(tls) => Box::pin(connector.with_tls(tls.clone()).secure_connect(&self.hosts)),
+                None => Box::pin(connector.connect(&self.hosts)),
+            };
+        match timeout(REQUEST_TIMEOUT, connecting).await {
             Ok(Ok(client)) => Ok(Zk { client, requested: session }),
             Ok(Err(e)) => Err(self.error("connect", &e)),
             Err(_) => Err(self.error("connect", &ZkError::Timeout)),
@@ -999,13 +1058,18 @@ mod tests {
     #[test]
     fn urls() {
         let t = |u: &str| parse_url(u, "shown").unwrap();
-        assert_eq!(t("zk://h"), Target { hosts: "h:2181".into(), user: None, root: DEFAULT_ROOT.into() });
+        assert_eq!(t("zk://h"), Target { hosts: "h:2181".into(), user: None, root: DEFAULT_ROOT.into(), tls: None });
         let two = t("zookeeper://u:p%40ss@a,b:2/team/x/");
         assert_eq!(two.hosts, "a:2181,b:2");
         assert_eq!(two.user, Some(("u".into(), "p@ss".into())));
         assert_eq!(two.root, "/team/x");
-        assert!(parse_url("zk://h?tls=1", "s").unwrap_err().message.contains("not supported yet"));
-        assert!(parse_url("zk://h?zookeeper.client.secure=true", "s").unwrap_err().message.contains("not supported"));
+        assert!(parse_url("zk://h?tls=1", "s").unwrap_err().message.contains("cacert=FILE"));
+        assert!(parse_url("zk://h?cacert=/ca.pem", "s").unwrap_err().message.contains("need TLS"));
+        assert!(parse_url("zk://h?tls=1&cacert=/ca&cert=/c", "s").unwrap_err().message.contains("go together"));
+        let tls = t("zk://h?zookeeper.client.secure=true&cacert=/ca%20dir/ca.pem&cert=/c.pem&key=/k.pem");
+        let files =
+            TlsFiles { cacert: Some("/ca dir/ca.pem".into()), cert: Some("/c.pem".into()), key: Some("/k.pem".into()) };
+        assert_eq!(tls.tls, Some(files));
         assert_eq!(t("zk://h?tls=false").hosts, "h:2181");
         assert!(parse_url("zk://a,,b", "s").is_err());
         assert!(parse_url("zk://h/a//b", "s").is_err());

@@ -25,18 +25,50 @@ pub struct ZooKeeper {
     dir: tempfile::TempDir,
     port: AtomicU16,
     process: ServerProcess,
+    /// With `start_tls`: the certificates, and the secure client port (TLS only).
+    tls: Option<(super::tls::Certs, AtomicU16)>,
 }
 
 impl ZooKeeper {
     /// Start a new server; panics with the reason if it cannot.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Start a server that also has a secure client port (Netty, TLS only, client certificates
+    /// required), with certificates of a throw-away CA (see `tls_url`).
+    pub fn start_tls() -> Self {
+        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))))
+    }
+
+    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>) -> Self {
         if !Path::new(JAR).exists() || Command::new("java").arg("-version").output().is_err() {
             panic!("ZooKeeper or Java is missing: apt-get install -y zookeeper");
         }
         let dir = tempfile::Builder::new().prefix("leaderrun-zk-").tempdir().expect("create a temp dir");
-        let zk = Self { dir, port: AtomicU16::new(0), process: ServerProcess::default() };
-        start_on_free_ports("ZooKeeper", || zk.port.store(super::free_port(), Ordering::SeqCst), || zk.try_start());
+        let zk = Self { dir, port: AtomicU16::new(0), process: ServerProcess::default(), tls };
+        let pick_ports = || {
+            zk.port.store(super::free_port(), Ordering::SeqCst);
+            if let Some((_, tls_port)) = &zk.tls {
+                tls_port.store(super::free_port(), Ordering::SeqCst);
+            }
+        };
+        start_on_free_ports("ZooKeeper", pick_ports, || zk.try_start());
         zk
+    }
+
+    /// `zk://127.0.0.1:SECURE_PORT?tls=1&cacert=CA&cert=CLIENT&key=CLIENT_KEY` (only with
+    /// `start_tls`).
+    pub fn tls_url(&self) -> String {
+        let (certs, port) = self.tls.as_ref().expect("started with start_tls");
+        let (ca, cert, key) = (certs.ca(), certs.client_cert(), certs.client_key());
+        let port = port.load(Ordering::SeqCst);
+        format!("zk://127.0.0.1:{port}?tls=1&cacert={}&cert={}&key={}", ca.display(), cert.display(), key.display())
+    }
+
+    /// The certificates of a server started with `start_tls`.
+    pub fn certs(&self) -> &super::tls::Certs {
+        &self.tls.as_ref().expect("started with start_tls").0
     }
 
     /// `zk://127.0.0.1:PORT`
@@ -83,6 +115,30 @@ impl ZooKeeper {
             dir.join("data").display(),
             self.port()
         );
+        let mut config = config;
+        let mut classpath =
+            "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar".to_string();
+        if let Some((certs, tls_port)) = &self.tls {
+            // The key and its certificate in one PEM file: ZooKeeper's PEM key store.
+            let key_store = dir.join("server-key-store.pem");
+            let pem = [certs.server_key(), certs.server_cert()]
+                .iter()
+                .map(std::fs::read_to_string)
+                .collect::<Result<String, _>>();
+            std::fs::write(&key_store, pem.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            config.push_str(&format!(
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                 secureClientPort={}\nsecureClientPortAddress=127.0.0.1\n\
+                 ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+                 ssl.clientAuth=need\nssl.hostnameVerification=false\n",
+                tls_port.load(Ordering::SeqCst),
+                key_store.display(),
+                certs.ca().display()
+            ));
+            // The Netty jars its manifest leaves out (Debian's netty-all is an empty aggregate).
+            classpath.push_str(":/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar");
+        }
         std::fs::write(dir.join("zoo.cfg"), config).map_err(|e| format!("cannot write zoo.cfg: {e}"))?;
         let log4j = "log4j.rootLogger=WARN, CONSOLE\nlog4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n\
                      log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout\n\
@@ -99,10 +155,7 @@ impl ZooKeeper {
             .env("PATH", "/usr/bin:/bin")
             .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
             // The jar's manifest names its dependencies; log4j for a readable log.
-            .args([
-                "-cp",
-                "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar",
-            ])
+            .args(["-cp", &classpath])
             .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
             .arg(format!("-Dlog4j.configuration=file:{}", dir.join("log4j.properties").display()))
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
