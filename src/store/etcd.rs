@@ -70,7 +70,7 @@ use etcd_client::{
 use serde::{Deserialize, Serialize};
 use tokio::time::timeout;
 
-use super::url::{redact, Access};
+use super::url::{percent_decode, redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The key prefix unless the URL has a path.
@@ -172,26 +172,6 @@ fn tls_options(files: &TlsFiles, shown: &str) -> Result<TlsOptions> {
         options = options.identity(Identity::from_pem(cert, key));
     }
     Ok(options)
-}
-
-/// `%XX` escapes in a URL part (a password may need them for `@`, `:` or `/`).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether an etcd error may pass on retry: unreachable, timed out, no leader, overloaded.

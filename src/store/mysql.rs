@@ -49,7 +49,7 @@ use rand::Rng;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
 
-use super::url::{redact, Access};
+use super::url::{percent_decode, redact, Access};
 use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The table used unless the URL says `?table=`.
@@ -164,27 +164,6 @@ fn scrub(mut message: String, secrets: &[String]) -> String {
         message = message.replace(secret.as_str(), "***");
     }
     message
-}
-
-/// `%XX` escapes decoded (as sqlx decodes the password); invalid ones are kept as written.
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-            Some(byte) if bytes[i] == b'%' => {
-                out.push(byte);
-                i += 3;
-            }
-            _ => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub struct MySqlStore {

@@ -81,7 +81,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::timeout;
 
-use super::url::{redact, Access};
+use super::url::{percent_decode, redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The bucket unless the URL has a path.
@@ -205,26 +205,6 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
     }
     target.tls |= target.tls_ca.is_some() || target.tls_cert.is_some();
     Ok(target)
-}
-
-/// `%XX` escapes in a URL part (a password may need them for `@`, `:` or `/`).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

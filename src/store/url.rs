@@ -212,6 +212,33 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// `%XX` escapes in a URL part decoded (a password may need them for `@`, `:` or `/`); a `%`
+/// not followed by two hex digits stays as it is.
+pub fn percent_decode_bytes(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            Some(byte) if bytes[i] == b'%' && !hex.is_some_and(|h| h.starts_with('+')) => {
+                out.push(byte);
+                i += 3;
+            }
+            _ => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// `percent_decode_bytes`, as text (invalid UTF-8 replaced).
+pub fn percent_decode(text: &str) -> String {
+    String::from_utf8_lossy(&percent_decode_bytes(text)).into_owned()
+}
+
 /// Mask `password=` style query parameters too.
 fn redact_query(tail: &str) -> String {
     let Some((path, query)) = tail.split_once('?') else {
@@ -266,6 +293,10 @@ mod tests {
         assert_eq!(redact("redis://:p%40ss@h"), "redis://:***@h");
         assert_eq!(redact("postgres://h/db?user=u&password=hunter2"), "postgres://h/db?user=u&password=***");
         assert_eq!(redact("sqlite:///a/b.db"), "sqlite:///a/b.db");
+        assert_eq!(percent_decode("p%40ss%2Fw%3Ad"), "p@ss/w:d");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("%+1x"), "%+1x");
         assert_eq!(redact("nats://s3cr3t-token@h:4222/B"), "nats://***@h:4222/B");
         assert_eq!(redact("nats://u:hunter2@h"), "nats://u:***@h");
     }

@@ -81,7 +81,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState, Stat, TlsOptions};
 
-use super::url::{redact, Access};
+use super::url::{percent_decode, percent_decode_bytes, redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The root node unless the URL has a path.
@@ -211,30 +211,6 @@ fn tls_options(files: &TlsFiles, shown: &str) -> Result<TlsOptions> {
             .map_err(|e| bad("cert= and key= do not make a client identity", e))?;
     }
     Ok(options)
-}
-
-/// `%XX` escapes in a URL part (a password may need them for `@`, `:` or `/`).
-fn percent_decode(s: &str) -> String {
-    String::from_utf8_lossy(&percent_decode_bytes(s)).into_owned()
-}
-
-fn percent_decode_bytes(s: &str) -> Vec<u8> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    out
 }
 
 /// Characters ZooKeeper refuses in a path (its `PathUtils.validatePath`; Java sees a character
