@@ -186,15 +186,16 @@ def start_zookeeper(d: Path, procs: "Procs") -> dict:
     port = free_port()
     conf = d / "zoo.cfg"
     conf.write_text(f"tickTime=500\ndataDir={d / 'data'}\nclientPort={port}\nclientPortAddress=127.0.0.1\n"
-                    "admin.enableServer=false\n4lw.commands.whitelist=ruok\nmaxSessionTimeout=120000\n")
+                    "admin.enableServer=false\n4lw.commands.whitelist=srvr\nmaxSessionTimeout=120000\nmaxClientCnxns=0\n")
     server = procs.spawn(["java", "-Xmx256m", "-cp", "/usr/share/java/*:/usr/share/zookeeper/*",
                           f"-Dzookeeper.log.dir={d}", "org.apache.zookeeper.server.quorum.QuorumPeerMain", conf])
     deadline = time.monotonic() + 60
     while True:
         try:
+            # `ruok` answers before the server takes sessions; `srvr` says when it does.
             with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
-                c.sendall(b"ruok")
-                if c.recv(16) == b"imok":
+                c.sendall(b"srvr")
+                if b"Mode: " in c.recv(4096):
                     return {"port": port, "server": server}
         except OSError:
             pass

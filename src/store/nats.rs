@@ -383,7 +383,11 @@ impl NatsStore {
             // A connection that stopped answering (a host gone, a silent network) is dropped and
             // dialled again after a few unanswered pings, not after the default minutes.
             .ping_interval(PING_INTERVAL)
-            .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.min(20) as u64));
+            // The first attempt at once (async-nats counts from 1, and a delay there would be
+            // added to every run's start), then 100 ms more per failed attempt, at most 2 s.
+            .reconnect_delay_callback(|attempts| {
+                Duration::from_millis(100 * attempts.saturating_sub(1).min(20) as u64)
+            });
         match &target.auth {
             Auth::None => {}
             Auth::User(user, pass) => options = options.user_and_password(user.clone(), pass.clone()),
