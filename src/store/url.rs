@@ -1,6 +1,6 @@
 //! Choosing a store from `--store URL`, and showing a URL without its password.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{Store, StoreError};
 
@@ -110,7 +110,7 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         #[cfg(feature = "sqlite")]
         StoreSpec::Sqlite { path, default } => {
             if *default && access == Access::Create {
-                create_state_dir(path.parent().unwrap_or(Path::new(".")))?;
+                create_state_dir(path.parent().unwrap_or(std::path::Path::new(".")))?;
             }
             Ok(Box::new(super::sqlite::SqliteStore::open(path, access).await?))
         }
@@ -179,7 +179,8 @@ pub fn describe(spec: &StoreSpec) -> String {
     }
 }
 
-fn create_state_dir(dir: &Path) -> Result<(), StoreError> {
+#[cfg(feature = "sqlite")]
+fn create_state_dir(dir: &std::path::Path) -> Result<(), StoreError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
