@@ -291,8 +291,9 @@ impl PostgresStore {
         match created {
             Ok(_) => Ok(()),
             // Concurrent CREATE TABLE IF NOT EXISTS can still collide on pg_type's unique
-            // index (23505) or find the table created meanwhile (42P07): it exists now.
-            Err(err) if matches!(sqlstate(&err).as_deref(), Some("23505" | "42P07")) => Ok(()),
+            // index (23505), find the table created meanwhile (42P07), or find its row type
+            // created meanwhile (42710, "type ... already exists"): it exists now.
+            Err(err) if matches!(sqlstate(&err).as_deref(), Some("23505" | "42P07" | "42710")) => Ok(()),
             // The permission check comes before the existence check: without CREATE on
             // the schema, an existing table is fine.
             Err(err) if sqlstate(&err).as_deref() == Some("42501") => {
