@@ -9,7 +9,7 @@ mod servers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream::kv;
 use async_trait::async_trait;
 use conformance::{held, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
@@ -48,34 +48,10 @@ async fn a_client_rides_out_a_server_restart() {
     conformance::a_client_rides_out_a_server_restart(&nt, || nt.server.stop(), || nt.server.start_again()).await;
 }
 
-/// A JetStream client of the test server, as Choria or the `nats` CLI would be.
-async fn jetstream(server: &Nats) -> jetstream::Context {
-    let client = async_nats::ConnectOptions::new()
-        .user_and_password(USER.into(), server.password().into())
-        .connect(format!("127.0.0.1:{}", server.port()))
-        .await
-        .expect("connect to the test server");
-    jetstream::new(client)
-}
-
-/// Choria's leader election bucket as Choria creates it: history 1, a max age of 60 s
-/// (Choria's default lease), no per-message TTL.
-async fn choria_bucket(js: &jetstream::Context) -> kv::Store {
-    js.create_key_value(kv::Config {
-        bucket: "CHORIA_LEADER_ELECTION".into(),
-        history: 1,
-        max_age: Duration::from_secs(60),
-        ..Default::default()
-    })
-    .await
-    .expect("create Choria's bucket")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn choria_sees_a_leaderrun_holder_and_leaderrun_sees_a_choria_leader() {
     let nt = nt().await;
-    let js = jetstream(&nt.server).await;
-    let choria = choria_bucket(&js).await;
+    let choria = nt.server.choria_bucket().await;
     let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
     let store = open_url(&url, Access::Create).await.unwrap();
 
@@ -109,8 +85,7 @@ async fn choria_sees_a_leaderrun_holder_and_leaderrun_sees_a_choria_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_ttl_above_the_buckets_max_age_is_refused() {
     let nt = nt().await;
-    let js = jetstream(&nt.server).await;
-    choria_bucket(&js).await;
+    nt.server.choria_bucket().await;
     let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
     let store = open_url(&url, Access::Create).await.unwrap();
     let err = store.acquire("my_app", "a", Duration::from_secs(90)).await.expect_err("90 s > 60 s max age");
@@ -122,6 +97,7 @@ async fn a_ttl_above_the_buckets_max_age_is_refused() {
     won(&*store, "my_app", "a", Duration::from_secs(60)).await;
 
     // A bucket that never expires anything cannot hold leases.
+    let js = nt.server.jetstream().await;
     js.create_key_value(kv::Config { bucket: "FOREVER".into(), history: 1, ..Default::default() }).await.unwrap();
     let forever = open_url(&format!("{}/FOREVER", nt.server.url()), Access::Create).await.unwrap();
     let err = forever.acquire("x", "a", TTL).await.expect_err("no expiry");
@@ -133,7 +109,7 @@ async fn a_ttl_above_the_buckets_max_age_is_refused() {
 async fn a_leaderrun_bucket_expires_leases_with_a_per_message_ttl() {
     let nt = nt().await;
     let store = nt.open().await;
-    let js = jetstream(&nt.server).await;
+    let js = nt.server.jetstream().await;
     let info = js.get_stream("KV_leaderrun").await.unwrap().cached_info().config.clone();
     assert!(info.allow_message_ttl && info.subject_delete_marker_ttl.is_some(), "{info:?}");
     assert_eq!((info.max_messages_per_subject, info.max_age), (1, Duration::ZERO));
@@ -157,7 +133,7 @@ async fn status_and_list_need_no_bucket_and_create_none() {
     assert!(!store.status("x").await.unwrap().is_held());
     assert!(store.list().await.unwrap().is_empty());
     assert!(store.revoke("x").await.unwrap().is_none());
-    let js = jetstream(&nt.server).await;
+    let js = nt.server.jetstream().await;
     assert!(js.get_stream("KV_NOT_YET").await.is_err(), "status, list and revoke create no bucket");
     // A run creates it; the same lookups now see its lock.
     let runner = open_url(&format!("{}/NOT_YET", nt.server.url()), Access::Create).await.unwrap();
@@ -169,7 +145,7 @@ async fn status_and_list_need_no_bucket_and_create_none() {
 async fn names_that_are_not_nats_keys_are_encoded() {
     let nt = nt().await;
     let store = nt.open().await;
-    let js = jetstream(&nt.server).await;
+    let js = nt.server.jetstream().await;
     let kv = js.get_key_value("leaderrun").await.unwrap();
     won(&*store, "plain_name-1.x", "a", TTL).await;
     assert_eq!(&kv.get("plain_name-1.x").await.unwrap().unwrap()[..], b"a", "a valid key is used verbatim");
@@ -229,8 +205,7 @@ async fn errors_say_what_went_wrong_without_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leaderrun_holder_and_a_choria_campaigner_never_both_win() {
     let nt = nt().await;
-    let js = jetstream(&nt.server).await;
-    let choria = choria_bucket(&js).await;
+    let choria = nt.server.choria_bucket().await;
     let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
     let mut tasks = Vec::new();
     for i in 0..10 {
@@ -250,63 +225,21 @@ async fn a_leaderrun_holder_and_a_choria_campaigner_never_both_win() {
     assert_eq!(winners, 1, "exactly one of leaderrun and Choria campaigners must win");
 }
 
-/// `openssl` with these arguments in `dir`; panics if it fails.
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl (apt-get install openssl)");
-    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A throw-away CA and, signed by it, a certificate for `name` (with a subject alternative
-/// name `san`, e.g. `IP:127.0.0.1`): `{name}.pem`, `{name}.key` and `ca.pem` in `dir`.
-fn certificates(dir: &std::path::Path, names: &[(&str, &str)]) {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    openssl(
-        dir,
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=leaderrun test CA"],
-        ]
-        .concat(),
-    );
-    for (name, san) in names {
-        let (key, csr, pem, ext) =
-            (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("{name}.ext"));
-        std::fs::write(dir.join(&ext), format!("subjectAltName={san}\n")).unwrap();
-        let subject = format!("/CN={name}");
-        openssl(dir, &[&["req"][..], &ec, &["-keyout", &key, "-out", &csr, "-subj", &subject]].concat());
-        openssl(
-            dir,
-            &["x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", &pem]
-                .into_iter()
-                .chain(["-days", "2", "-extfile", &ext])
-                .collect::<Vec<_>>(),
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tls_with_a_private_ca_and_a_client_certificate() {
-    let certs = tempfile::Builder::new().prefix("leaderrun-nats-tls-").tempdir().unwrap();
-    let dir = certs.path();
-    certificates(dir, &[("server", "IP:127.0.0.1"), ("client", "DNS:client")]);
-    let file = |name: &str| dir.join(name).display().to_string();
+    let certs = servers::tls::Certs::new();
     let server = Nats::start_with(&format!(
         "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  ca_file: {:?}\n  verify: true\n}}",
-        file("server.pem"),
-        file("server.key"),
-        file("ca.pem")
+        certs.server_cert(),
+        certs.server_key(),
+        certs.ca()
     ));
     let url = format!(
         "{}/secure?tlsca={}&tlscert={}&tlskey={}",
         server.url(),
-        file("ca.pem"),
-        file("client.pem"),
-        file("client.key")
+        certs.ca().display(),
+        certs.client_cert().display(),
+        certs.client_key().display()
     );
     let store = open_url(&url, Access::Create).await.expect("TLS with the private CA and a client certificate");
     let lease = won(&*store, "tls", "a", TTL).await;

@@ -6,10 +6,8 @@
 mod common;
 mod servers;
 
-use std::time::Duration;
-
 use common::*;
-use servers::nats::{Nats, USER};
+use servers::nats::Nats;
 
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
@@ -47,23 +45,7 @@ fn deleting_the_key_choria_style_stops_the_holder() {
     let (nats, sb) = (Nats::start(), Sandbox::new());
     let url = format!("{}/CHORIA_LEADER_ELECTION", nats.url());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let kv = runtime.block_on(async {
-        let client = async_nats::ConnectOptions::new()
-            .user_and_password(USER.into(), nats.password().into())
-            .connect(format!("127.0.0.1:{}", nats.port()))
-            .await
-            .expect("connect");
-        // Choria's bucket: history 1, a max age of 60 s, no per-message TTL.
-        async_nats::jetstream::new(client)
-            .create_key_value(async_nats::jetstream::kv::Config {
-                bucket: "CHORIA_LEADER_ELECTION".into(),
-                history: 1,
-                max_age: Duration::from_secs(60),
-                ..Default::default()
-            })
-            .await
-            .expect("create Choria's bucket")
-    });
+    let kv = runtime.block_on(nats.choria_bucket());
     let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
     let args = ["--lock", "my_app", "--wait", "--ttl", "20s", "--renew-every", "1s", "--kill-after", "1s"];
     let mut holder = sb.spawn("holder", sb.at(&url, &[&args[..], &["--", "sh", "-c", script]].concat()));
@@ -84,22 +66,7 @@ fn deleting_the_key_choria_style_stops_the_holder() {
 fn a_ttl_above_the_buckets_max_age_exits_69_in_one_line() {
     let (nats, sb) = (Nats::start(), Sandbox::new());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let client = async_nats::ConnectOptions::new()
-            .user_and_password(USER.into(), nats.password().into())
-            .connect(format!("127.0.0.1:{}", nats.port()))
-            .await
-            .expect("connect");
-        async_nats::jetstream::new(client)
-            .create_key_value(async_nats::jetstream::kv::Config {
-                bucket: "CHORIA_LEADER_ELECTION".into(),
-                history: 1,
-                max_age: Duration::from_secs(60),
-                ..Default::default()
-            })
-            .await
-            .expect("create Choria's bucket")
-    });
+    runtime.block_on(nats.choria_bucket());
     let url = format!("{}/CHORIA_LEADER_ELECTION", nats.url());
     let out = sb.output(sb.at(&url, &["--lock", "my_app", "--ttl", "2m", "--", "sh", "-c", r#"touch "$D/ran""#]));
     let err = stderr_of(&out);

@@ -118,6 +118,33 @@ impl Nats {
         &self.password
     }
 
+    /// A JetStream client of this server, as Choria or the `nats` CLI would be.
+    #[cfg(feature = "nats")]
+    pub async fn jetstream(&self) -> async_nats::jetstream::Context {
+        let client = async_nats::ConnectOptions::new()
+            .user_and_password(USER.into(), self.password.clone())
+            .connect(format!("127.0.0.1:{}", self.port()))
+            .await
+            .expect("connect to the test server");
+        async_nats::jetstream::new(client)
+    }
+
+    /// Choria's leader election bucket, created as Choria creates it: history 1, a max age
+    /// of 60 s (Choria's default lease), no per-message TTL.
+    #[cfg(feature = "nats")]
+    pub async fn choria_bucket(&self) -> async_nats::jetstream::kv::Store {
+        self.jetstream()
+            .await
+            .create_key_value(async_nats::jetstream::kv::Config {
+                bucket: "CHORIA_LEADER_ELECTION".into(),
+                history: 1,
+                max_age: Duration::from_secs(60),
+                ..Default::default()
+            })
+            .await
+            .expect("create Choria's bucket")
+    }
+
     pub fn port(&self) -> u16 {
         self.port.load(Ordering::SeqCst)
     }
