@@ -70,7 +70,7 @@ use etcd_client::{
 use serde::{Deserialize, Serialize};
 use tokio::time::timeout;
 
-use super::url::{percent_decode, redact, Access};
+use super::url::{parse_cluster_url, redact, Access, TlsFiles};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The key prefix unless the URL has a path.
@@ -104,13 +104,6 @@ struct Target {
     tls: Option<TlsFiles>,
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
-struct TlsFiles {
-    cacert: Option<String>,
-    cert: Option<String>,
-    key: Option<String>,
-}
-
 fn parse_url(url: &str, shown: &str) -> Result<Target> {
     let bad = |why: &str| StoreError::refused(format!("etcd store {shown}: {why}"));
     let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("expected etcd://host:2379[,host2:2379][/prefix]"))?;
@@ -118,46 +111,21 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
     if !tls && !scheme.eq_ignore_ascii_case("etcd") {
         return Err(bad("expected etcd:// or etcds://"));
     }
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let url = parse_cluster_url(rest, DEFAULT_PORT)
+        .map_err(|why| bad(&format!("{why} (expected etcd://host:2379[,host2:2379])")))?;
     let mut files = TlsFiles::default();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value);
-        match key {
-            "tls" => tls = !matches!(value.as_str(), "0" | "false"),
-            "cacert" => files.cacert = Some(value),
-            "cert" => files.cert = Some(value),
-            "key" => files.key = Some(value),
-            _ => tracing::warn!("etcd store {shown}: ignoring the unknown parameter {key:?}"),
+    for (key, value) in &url.params {
+        if key == "tls" {
+            tls = !matches!(value.as_str(), "0" | "false");
+        } else if !files.take(key, value) {
+            tracing::warn!("etcd store {shown}: ignoring the unknown parameter {key:?}");
         }
     }
-    if files != TlsFiles::default() && !tls {
-        return Err(bad("cacert=, cert= and key= need TLS (etcds:// or ?tls=1)"));
-    }
-    if files.cert.is_some() != files.key.is_some() {
-        return Err(bad("cert= and key= go together"));
-    }
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (user, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-            (Some((percent_decode(user), percent_decode(pass))), hosts)
-        }
-        None => (None, authority),
-    };
+    files.check(tls, "etcds:// or ?tls=1").map_err(|why| bad(&why))?;
     let http = if tls { "https" } else { "http" };
-    let mut endpoints = Vec::new();
-    for host in hosts.split(',').map(str::trim) {
-        if host.is_empty() {
-            return Err(bad("names no host (expected etcd://host:2379[,host2:2379])"));
-        }
-        // host, host:port, [v6], [v6]:port
-        let has_port = host.rsplit_once(':').is_some_and(|(h, p)| !h.ends_with(':') && p.parse::<u16>().is_ok())
-            && (!host.starts_with('[') || host.contains("]:"));
-        endpoints.push(if has_port { format!("{http}://{host}") } else { format!("{http}://{host}:{DEFAULT_PORT}") });
-    }
-    let path = percent_decode(path.trim_matches('/'));
-    let prefix = if path.is_empty() { DEFAULT_PREFIX.to_string() } else { format!("/{path}/") };
+    let endpoints = url.hosts.iter().map(|host| format!("{http}://{host}")).collect();
+    let user = url.userinfo.map(|(user, pass)| (user, pass.unwrap_or_default()));
+    let prefix = if url.path.is_empty() { DEFAULT_PREFIX.to_string() } else { format!("/{}/", url.path) };
     Ok(Target { endpoints, user, prefix, tls: tls.then_some(files) })
 }
 

@@ -81,7 +81,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::timeout;
 
-use super::url::{percent_decode, redact, Access};
+use super::url::{parse_cluster_url, redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The bucket unless the URL has a path.
@@ -138,17 +138,14 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
     if !scheme.eq_ignore_ascii_case("nats") {
         return Err(bad(expected));
     }
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (auth, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => match userinfo.split_once(':') {
-            Some((user, pass)) => (Auth::User(percent_decode(user), percent_decode(pass)), hosts),
-            None => (Auth::Token(percent_decode(userinfo)), hosts),
-        },
-        None => (Auth::None, authority),
+    let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
+    let auth = match url.userinfo {
+        Some((user, Some(pass))) => Auth::User(user, pass),
+        Some((token, None)) => Auth::Token(token),
+        None => Auth::None,
     };
     let mut target = Target {
-        servers: Vec::new(),
+        servers: url.hosts.iter().map(|host| format!("nats://{host}")).collect(),
         auth,
         bucket: DEFAULT_BUCKET.to_string(),
         replicas: 1,
@@ -158,28 +155,17 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
         tls_cert: None,
         tls_key: None,
     };
-    for host in hosts.split(',').map(str::trim) {
-        if host.is_empty() {
-            return Err(bad(&format!("names no host ({expected})")));
-        }
-        // host, host:port, [v6], [v6]:port
-        let has_port = host.rsplit_once(':').is_some_and(|(h, p)| !h.ends_with(':') && p.parse::<u16>().is_ok())
-            && (!host.starts_with('[') || host.contains("]:"));
-        target.servers.push(if has_port { format!("nats://{host}") } else { format!("nats://{host}:{DEFAULT_PORT}") });
-    }
-    let bucket = percent_decode(path.trim_matches('/'));
+    let bucket = url.path;
     if !bucket.is_empty() {
         if !bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
             return Err(bad(&format!("{bucket:?} is not a valid bucket name (letters, digits, '_' and '-')")));
         }
         target.bucket = bucket;
     }
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value);
+    for (key, value) in &url.params {
         let file =
             || (!value.is_empty()).then(|| PathBuf::from(&value)).ok_or_else(|| bad(&format!("?{key}= needs a file")));
-        match key {
+        match key.as_str() {
             "replicas" => {
                 target.replicas = value
                     .parse()

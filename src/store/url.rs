@@ -213,6 +213,89 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// The parts a clustered store's URL shares (etcd, NATS, ZooKeeper):
+/// `scheme://[user[:password]@]host[:port][,host2[:port]...][/path][?key=value&...]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ClusterUrl {
+    /// User and password (`None` without a `:`), percent-decoded.
+    pub userinfo: Option<(String, Option<String>)>,
+    /// `host:port` for each host (`[v6]:port` too), with `default_port` where none is given.
+    pub hosts: Vec<String>,
+    /// The path, percent-decoded, without its leading and trailing `/`.
+    pub path: String,
+    /// The query's parameters in order, values percent-decoded.
+    pub params: Vec<(String, String)>,
+}
+
+/// Split the part of a clustered store's URL after `scheme://`; the error names what is wrong.
+pub fn parse_cluster_url(rest: &str, default_port: u16) -> Result<ClusterUrl, String> {
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let userinfo = match userinfo.split_once(':') {
+                Some((user, pass)) => (percent_decode(user), Some(percent_decode(pass))),
+                None => (percent_decode(userinfo), None),
+            };
+            (Some(userinfo), hosts)
+        }
+        None => (None, authority),
+    };
+    let mut with_ports = Vec::new();
+    for host in hosts.split(',').map(str::trim) {
+        if host.is_empty() {
+            return Err("names no host".into());
+        }
+        // host, host:port, [v6], [v6]:port
+        let has_port = host.rsplit_once(':').is_some_and(|(h, p)| !h.ends_with(':') && p.parse::<u16>().is_ok())
+            && (!host.starts_with('[') || host.contains("]:"));
+        with_ports.push(if has_port { host.to_string() } else { format!("{host}:{default_port}") });
+    }
+    let params = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (key.to_string(), percent_decode(value))
+        })
+        .collect();
+    Ok(ClusterUrl { userinfo, hosts: with_ports, path: percent_decode(path.trim_matches('/')), params })
+}
+
+/// The PEM files of a TLS connection, named as etcdctl and redis-cli name them:
+/// `cacert=` (the CA to trust), `cert=` and `key=` (a client certificate).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cacert: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+impl TlsFiles {
+    /// Take a URL parameter if it is one of these; false if it is not.
+    pub fn take(&mut self, key: &str, value: &str) -> bool {
+        let slot = match key {
+            "cacert" => &mut self.cacert,
+            "cert" => &mut self.cert,
+            "key" => &mut self.key,
+            _ => return false,
+        };
+        *slot = Some(value.to_string());
+        true
+    }
+
+    /// Check the files against whether TLS is on; `how` says how to turn it on.
+    pub fn check(&self, tls: bool, how: &str) -> Result<(), String> {
+        if *self != Self::default() && !tls {
+            return Err(format!("cacert=, cert= and key= need TLS ({how})"));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err("cert= and key= go together".into());
+        }
+        Ok(())
+    }
+}
+
 /// `%XX` escapes in a URL part decoded (a password may need them for `@`, `:` or `/`); a `%`
 /// not followed by two hex digits stays as it is.
 pub fn percent_decode_bytes(text: &str) -> Vec<u8> {
@@ -298,6 +381,22 @@ mod tests {
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(percent_decode("%+1x"), "%+1x");
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let url = parse_cluster_url("u:p%40ss@a,b:2,[::1],[::1]:5/x/y/?k=v%20w&flag", 9).unwrap();
+        assert_eq!(url.userinfo, Some(("u".into(), Some("p@ss".into()))));
+        assert_eq!(url.hosts, vec!["a:9", "b:2", "[::1]:9", "[::1]:5"]);
+        assert_eq!(url.path, "x/y");
+        assert_eq!(url.params, vec![("k".into(), "v w".into()), ("flag".into(), String::new())]);
+        assert_eq!(parse_cluster_url("tok@h", 1).unwrap().userinfo, Some(("tok".into(), None)));
+        assert_eq!(parse_cluster_url("a,,b", 1).unwrap_err(), "names no host");
+        let mut files = TlsFiles::default();
+        assert!(files.take("cacert", "/ca") && !files.take("tls", "1"));
+        assert!(files.check(true, "").is_ok());
+        assert!(files.check(false, "?tls=1").unwrap_err().contains("?tls=1"));
+        assert!(files.take("cert", "/c") && files.check(true, "").unwrap_err().contains("go together"));
         assert_eq!(redact("nats://s3cr3t-token@h:4222/B"), "nats://***@h:4222/B");
         assert_eq!(redact("nats://u:hunter2@h"), "nats://u:***@h");
     }

@@ -81,7 +81,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState, Stat, TlsOptions};
 
-use super::url::{percent_decode, percent_decode_bytes, redact, Access};
+use super::url::{parse_cluster_url, percent_decode_bytes, redact, Access, TlsFiles};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The root node unless the URL has a path.
@@ -127,13 +127,6 @@ struct Target {
     tls: Option<TlsFiles>,
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
-struct TlsFiles {
-    cacert: Option<String>,
-    cert: Option<String>,
-    key: Option<String>,
-}
-
 fn parse_url(url: &str, shown: &str) -> Result<Target> {
     let bad = |why: &str| StoreError::refused(format!("zookeeper store {shown}: {why}"));
     let expected = "expected zk://[user:pass@]host:2181[,host2:2181][/path]";
@@ -141,48 +134,21 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
     if !scheme.eq_ignore_ascii_case("zk") && !scheme.eq_ignore_ascii_case("zookeeper") {
         return Err(bad(expected));
     }
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
     let (mut tls, mut files) = (false, TlsFiles::default());
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value);
-        match key {
-            // `zookeeper.client.secure` is the Java client's name for it.
-            "tls" | "secure" | "zookeeper.client.secure" => tls = !matches!(value.as_str(), "0" | "false"),
-            "cacert" => files.cacert = Some(value),
-            "cert" => files.cert = Some(value),
-            "key" => files.key = Some(value),
-            _ => tracing::warn!("zookeeper store {shown}: ignoring the unknown parameter {key:?}"),
+    for (key, value) in &url.params {
+        // `zookeeper.client.secure` is the Java client's name for it.
+        if matches!(key.as_str(), "tls" | "secure" | "zookeeper.client.secure") {
+            tls = !matches!(value.as_str(), "0" | "false");
+        } else if !files.take(key, value) {
+            tracing::warn!("zookeeper store {shown}: ignoring the unknown parameter {key:?}");
         }
     }
-    if files != TlsFiles::default() && !tls {
-        return Err(bad("cacert=, cert= and key= need TLS (?tls=1, for the server's secureClientPort)"));
-    }
+    files.check(tls, "?tls=1, for the server's secureClientPort").map_err(|why| bad(&why))?;
     if tls && files.cacert.is_none() {
         return Err(bad("TLS needs the CA of the server's certificate: ?tls=1&cacert=FILE"));
     }
-    if files.cert.is_some() != files.key.is_some() {
-        return Err(bad("cert= and key= go together"));
-    }
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (user, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-            (Some((percent_decode(user), percent_decode(pass))), hosts)
-        }
-        None => (None, authority),
-    };
-    let mut endpoints = Vec::new();
-    for host in hosts.split(',').map(str::trim) {
-        if host.is_empty() {
-            return Err(bad("names no host (expected zk://host:2181[,host2:2181])"));
-        }
-        let has_port = host.rsplit_once(':').is_some_and(|(h, p)| !h.ends_with(':') && p.parse::<u16>().is_ok())
-            && (!host.starts_with('[') || host.contains("]:"));
-        endpoints.push(if has_port { host.to_string() } else { format!("{host}:{DEFAULT_PORT}") });
-    }
-    let path = percent_decode(path.trim_matches('/'));
-    let root = if path.is_empty() { DEFAULT_ROOT.to_string() } else { format!("/{path}") };
+    let root = if url.path.is_empty() { DEFAULT_ROOT.to_string() } else { format!("/{}", url.path) };
     for segment in root[1..].split('/') {
         if segment.is_empty() || segment == "." || segment == ".." || segment.chars().any(refused_by_zookeeper) {
             return Err(bad(&format!("{root:?} is not a ZooKeeper path")));
@@ -191,7 +157,8 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
     if root == "/zookeeper" || root.starts_with("/zookeeper/") {
         return Err(bad("/zookeeper is ZooKeeper's own subtree; choose another path"));
     }
-    Ok(Target { hosts: endpoints.join(","), user, root, tls: tls.then_some(files) })
+    let user = url.userinfo.map(|(user, pass)| (user, pass.unwrap_or_default()));
+    Ok(Target { hosts: url.hosts.join(","), user, root, tls: tls.then_some(files) })
 }
 
 /// The client's TLS settings from the URL's PEM files: the CA, and a client certificate.
