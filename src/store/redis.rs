@@ -54,7 +54,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
 use super::release_feed::{self, Heard, ReleaseFeed};
-use super::url::{redact, Access};
+use super::url::{redact, Access, TlsFiles};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The key prefix used unless the URL says `?prefix=`.
@@ -184,11 +184,9 @@ return r
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Extras {
     prefix: String,
-    /// `cacert=`: trust this CA (PEM) instead of the system's (named as redis-cli names it).
-    cacert: Option<String>,
-    /// `cert=` and `key=`: a client certificate and its key (PEM), for servers that ask.
-    cert: Option<String>,
-    key: Option<String>,
+    /// `cacert=`: trust this CA (PEM) instead of the system's; `cert=` and `key=`: a client
+    /// certificate and its key (PEM), for servers that ask (as redis-cli names them).
+    tls: TlsFiles,
 }
 
 /// Split leaderrun's own parameters (`prefix=`, `cacert=`, `cert=`, `key=`) off the URL;
@@ -204,12 +202,16 @@ fn split_url(url: &str) -> (String, Extras) {
     };
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("prefix", value)) => extras.prefix = value.to_string(),
-            Some(("cacert", value)) => extras.cacert = Some(value.to_string()),
-            Some(("cert", value)) => extras.cert = Some(value.to_string()),
-            Some(("key", value)) => extras.key = Some(value.to_string()),
-            _ => kept.push(pair),
+        let taken = match pair.split_once('=') {
+            Some(("prefix", value)) => {
+                extras.prefix = value.to_string();
+                true
+            }
+            Some((key, value)) => extras.tls.take(key, value),
+            None => false,
+        };
+        if !taken {
+            kept.push(pair);
         }
     }
     let query = if kept.is_empty() { String::new() } else { format!("?{}", kept.join("&")) };
@@ -220,20 +222,17 @@ fn split_url(url: &str) -> (String, Extras) {
 fn client(redis_url: &str, extras: &Extras, shown: &str) -> Result<Client> {
     let refused = |why: String| StoreError::refused(format!("Redis store {shown}: {why}"));
     let invalid = |e: RedisError| refused(format!("invalid URL: {}", describe(&e)));
-    let wants_files = extras.cacert.is_some() || extras.cert.is_some() || extras.key.is_some();
-    if !wants_files {
+    let files = &extras.tls;
+    if *files == TlsFiles::default() {
         return Client::open(redis_url).map_err(invalid);
     }
-    if !redis_url.to_ascii_lowercase().starts_with("rediss:") {
-        return Err(refused("cacert=, cert= and key= need a TLS URL (rediss://)".into()));
-    }
+    files.check(redis_url.to_ascii_lowercase().starts_with("rediss:"), "a rediss:// URL").map_err(refused)?;
     let read = |param: &str, path: &Option<String>| super::read_url_file("Redis", shown, param, path.as_deref());
-    let (root_cert, cert, key) =
-        (read("cacert", &extras.cacert)?, read("cert", &extras.cert)?, read("key", &extras.key)?);
+    let (root_cert, cert, key) = (read("cacert", &files.cacert)?, read("cert", &files.cert)?, read("key", &files.key)?);
+    // check() made sure that cert= and key= come together.
     let client_tls = match (cert, key) {
         (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig { client_cert, client_key }),
-        (None, None) => None,
-        _ => return Err(refused("cert= and key= go together".into())),
+        _ => None,
     };
     Client::build_with_tls(redis_url, redis::TlsCertificates { client_tls, root_cert }).map_err(invalid)
 }
@@ -547,7 +546,7 @@ mod tests {
         let (url, extras) = split_url("rediss://h?cacert=/ca.pem&cert=/c.pem&key=/k.pem");
         assert_eq!(url, "rediss://h");
         assert_eq!(
-            (extras.cacert.as_deref(), extras.cert.as_deref(), extras.key.as_deref()),
+            (extras.tls.cacert.as_deref(), extras.tls.cert.as_deref(), extras.tls.key.as_deref()),
             (Some("/ca.pem"), Some("/c.pem"), Some("/k.pem"))
         );
     }
