@@ -23,7 +23,7 @@ async fn etcd() -> EtcdHarness {
 }
 
 async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
-    open(&StoreSpec::Etcd { url: url.to_string() }, access).await.map(Arc::from)
+    open(&StoreSpec::from_url(url).expect("a valid URL"), access).await.map(Arc::from)
 }
 
 #[async_trait]

@@ -25,7 +25,7 @@ async fn mariadb() -> MariadbHarness {
 #[async_trait]
 impl Harness for MariadbHarness {
     async fn open(&self) -> Arc<dyn Store> {
-        let spec = StoreSpec::MySql { url: self.server.url() };
+        let spec = StoreSpec::from_url(&self.server.url()).expect("a valid URL");
         match open(&spec, Access::Create).await {
             Ok(store) => Arc::from(store),
             Err(err) => panic!("open the MariaDB store: {err}"),

@@ -25,7 +25,7 @@ async fn nt() -> Nt {
 }
 
 async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
-    open(&StoreSpec::Nats { url: url.to_string() }, access).await.map(Arc::from)
+    open(&StoreSpec::from_url(url).expect("a valid URL"), access).await.map(Arc::from)
 }
 
 #[async_trait]

@@ -23,7 +23,7 @@ async fn rd() -> Rd {
 }
 
 async fn open_url(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    open(&StoreSpec::Redis { url: url.to_string() }, Access::Create).await.map(Arc::from)
+    open(&StoreSpec::from_url(url).expect("a valid URL"), Access::Create).await.map(Arc::from)
 }
 
 #[async_trait]

@@ -94,9 +94,11 @@ struct Value {
     revoked: bool,
 }
 
-/// The parts of an `etcd://` URL.
-#[derive(Debug, PartialEq, Eq)]
-struct Target {
+/// The parts of an `etcd://` URL, parsed once while the command line is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The URL without its password, for messages.
+    pub shown: String,
     endpoints: Vec<String>,
     user: Option<(String, String)>,
     prefix: String,
@@ -104,8 +106,16 @@ struct Target {
     tls: Option<TlsFiles>,
 }
 
-fn parse_url(url: &str, shown: &str) -> Result<Target> {
-    let bad = |why: &str| StoreError::refused(format!("etcd store {shown}: {why}"));
+impl Target {
+    /// Parse an `etcd://` or `etcds://` URL; the error is a bare reason, naming the part.
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        parse_url(url)
+    }
+}
+
+fn parse_url(url: &str) -> std::result::Result<Target, String> {
+    let shown = redact(url);
+    let bad = |why: &str| why.to_string();
     let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("expected etcd://host:2379[,host2:2379][/prefix]"))?;
     let mut tls = scheme.eq_ignore_ascii_case("etcds");
     if !tls && !scheme.eq_ignore_ascii_case("etcd") {
@@ -118,7 +128,7 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
         if key == "tls" {
             tls = !matches!(value.as_str(), "0" | "false");
         } else if !files.take(key, value) {
-            tracing::warn!("etcd store {shown}: ignoring the unknown parameter {key:?}");
+            return Err(format!("unknown parameter ?{key}= (known: tls, cacert, cert, key)"));
         }
     }
     files.check(tls, "etcds:// or ?tls=1").map_err(|why| bad(&why))?;
@@ -126,7 +136,7 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
     let endpoints = url.hosts.iter().map(|host| format!("{http}://{host}")).collect();
     let user = url.userinfo.map(|(user, pass)| (user, pass.unwrap_or_default()));
     let prefix = if url.path.is_empty() { DEFAULT_PREFIX.to_string() } else { format!("/{}/", url.path) };
-    Ok(Target { endpoints, user, prefix, tls: tls.then_some(files) })
+    Ok(Target { shown, endpoints, user, prefix, tls: tls.then_some(files) })
 }
 
 /// The client's TLS settings: the CA file or else the system's CAs, and a client certificate.
@@ -223,9 +233,8 @@ impl EtcdStore {
     /// Parse the URL and connect (authenticating, if a user is given), then read once, so an
     /// unreachable cluster or bad credentials are reported here, before anything runs.
     /// etcd needs nothing created, so `access` makes no difference.
-    pub async fn open(url: &str, _access: Access) -> Result<Self> {
-        let shown = redact(url);
-        let target = parse_url(url, &shown)?;
+    pub async fn open(target: &Target, _access: Access) -> Result<Self> {
+        let shown = target.shown.clone();
         let mut options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(REQUEST_TIMEOUT);
         if let Some((user, password)) = &target.user {
             options = options.with_user(user.clone(), password.clone()).with_auto_token_refresh(true);
@@ -251,7 +260,7 @@ impl EtcdStore {
                 )))
             }
         };
-        let store = Self { client, prefix: target.prefix, shown, held: Default::default() };
+        let store = Self { client, prefix: target.prefix.clone(), shown, held: Default::default() };
         let key = store.lock_key("");
         store.call("open", |mut c| async move { c.get(key, Some(GetOptions::new().with_count_only())).await }).await?;
         Ok(store)
@@ -640,7 +649,7 @@ mod tests {
 
     #[test]
     fn urls() {
-        let t = |u: &str| parse_url(u, "shown").unwrap();
+        let t = |u: &str| Target::parse(u).unwrap();
         let one = t("etcd://h:1234");
         assert_eq!(
             (one.endpoints, one.user, one.prefix),
@@ -661,10 +670,11 @@ mod tests {
             })
         );
         assert_eq!(t("etcd://h?tls=1").tls, Some(TlsFiles::default()));
-        assert!(parse_url("etcd://h?cacert=/ca.pem", "s").unwrap_err().message.contains("need TLS"));
-        assert!(parse_url("etcds://h?cert=/c.pem", "s").unwrap_err().message.contains("go together"));
-        assert!(parse_url("http://h", "s").unwrap_err().message.contains("etcds://"));
-        assert!(parse_url("etcd://a,,b", "s").is_err());
+        assert!(Target::parse("etcd://h?cacert=/ca.pem").unwrap_err().contains("need TLS"));
+        assert!(Target::parse("etcds://h?cert=/c.pem").unwrap_err().contains("go together"));
+        assert!(Target::parse("http://h").unwrap_err().contains("etcds://"));
+        assert!(Target::parse("etcd://a,,b").is_err());
+        assert!(Target::parse("etcd://h?cacrt=/ca.pem").unwrap_err().contains("unknown parameter ?cacrt="));
     }
 
     #[test]

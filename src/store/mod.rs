@@ -140,11 +140,34 @@ pub trait Store: Send + Sync {
     async fn list(&self) -> Result<Vec<LockRecord>>;
 
     /// Ask the holder of a lock to stand down (`leaderrun release`): its renewals fail from
-    /// now on, so it stops its child and then frees the lock. The lock is NOT freed here:
+    /// now on, so it stops its child and then frees the lock. A live lease is NOT freed here:
     /// a standby that took it at once would run beside the old child. If the holder never
-    /// frees it, the lease lapses at its expiry as usual. Returns the record as it was
-    /// before, if it was held.
+    /// frees it, the lease lapses at its expiry as usual. A lease only kept for --min-hold
+    /// (released with `keep`: its child is gone) IS freed at once, since no child runs under
+    /// it and no holder is left to free it. Returns the record as it was before, if it was held.
     async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>>;
+
+    /// Free the lock if `identity` holds it. An acquire whose answer never came (it timed out,
+    /// or a signal ended the wait) may still have been granted; nobody would hold that lease,
+    /// yet it would keep every other host out for a whole ttl. Only this run's own identity
+    /// is given, so no one else's lease is touched; a lease taken since by another carries
+    /// another token, which `release` leaves alone. A store that keeps more than the record
+    /// (a session, a lease id) overrides this to clean that up too.
+    async fn abandon(&self, lock: &str, identity: &str) -> Result<()> {
+        let record = self.status(lock).await?;
+        if record.holder.as_deref() == Some(identity) {
+            let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token: record.token };
+            self.release(&lease, Duration::ZERO).await?;
+        }
+        Ok(())
+    }
+
+    /// The longest lease this store can keep, if it sets a limit of its own (a ZooKeeper
+    /// server's maxSessionTimeout, a NATS bucket's max age). With no --ttl given, a run picks
+    /// the longest default that fits under it.
+    async fn longest_ttl(&self) -> Result<Option<Duration>> {
+        Ok(None)
+    }
 
     /// Return when the lock may have changed (a release or expiry), or after at most
     /// `max_wait`. Stores without change notification poll; either way the caller

@@ -93,9 +93,31 @@ pub fn schema_sql(table: &str) -> String {
     )
 }
 
-/// The schema for a store URL (its `?table=`, or the default).
-pub fn schema_sql_for_url(url: &str) -> std::result::Result<String, String> {
-    Ok(schema_sql(&table_of(url)?))
+/// A `mysql://` or `mariadb://` URL, parsed once while the command line is checked.
+#[derive(Clone)]
+pub struct Target {
+    /// The URL without its password, for messages.
+    pub shown: String,
+    options: MySqlConnectOptions,
+    table: String,
+    /// What to scrub from any message.
+    secrets: Vec<String>,
+}
+
+impl Target {
+    /// Parse the URL: leaderrun's `table=` and the options sqlx knows; anything else is
+    /// refused. The reason never holds the password.
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        let secrets = passwords(url);
+        let parsed = table_of(url).and_then(|table| Ok((table, connect_options(url)?)));
+        let (table, options) = parsed.map_err(|e| scrub(e, &secrets))?;
+        Ok(Self { shown: redact(url), options, table, secrets })
+    }
+
+    /// The table's name (`?table=`, checked).
+    pub fn table(&self) -> &str {
+        &self.table
+    }
 }
 
 /// The table a store URL names with `?table=`, checked; the default if none.
@@ -181,12 +203,9 @@ pub struct MySqlStore {
 impl MySqlStore {
     /// Connect (and with `Access::Create`, create the table if missing). Every failure here
     /// is reported at once; the caller does not retry an open.
-    pub async fn open(url: &str, access: Access) -> Result<Self> {
-        let shown = redact(url);
-        let secrets = passwords(url);
-        let prepared = table_of(url).and_then(|table| Ok((table, connect_options(url)?)));
-        let (table, options) =
-            prepared.map_err(|e| StoreError::refused(scrub(format!("MySQL store {shown}: {e}"), &secrets)))?;
+    pub async fn open(target: &Target, access: Access) -> Result<Self> {
+        let (shown, secrets, table, options) =
+            (target.shown.clone(), target.secrets.clone(), target.table.clone(), target.options.clone());
         let pool = MySqlPoolOptions::new()
             .min_connections(0)
             .max_connections(3)
@@ -569,13 +588,11 @@ mod tests {
         assert!(passwords("mysql://u@h/db").is_empty());
     }
 
-    #[tokio::test]
-    async fn bad_urls_are_refused_without_the_password() {
-        for url in ["mysql://u:hunter2@h/db?table=1x", "mariadb://u:hunter2@h/db?pool=9"] {
-            let err = MySqlStore::open(url, Access::Create).await.err().expect("refused");
-            assert_eq!(err.kind, ErrorKind::Refused);
-            assert!(err.message.starts_with("MySQL store ") && err.message.contains("u:***@h"), "{}", err.message);
-            assert!(!err.message.contains("hunter2"), "{}", err.message);
+    #[test]
+    fn bad_urls_are_refused_without_the_password() {
+        for url in ["mysql://u:hunter2@h/db?table=1x", "mariadb://u:hunter2@h/db?pool=9", "mysql://u:hunter2@h:x/db"] {
+            let err = Target::parse(url).err().expect("refused");
+            assert!(!err.contains("hunter2"), "{err}");
         }
     }
 }

@@ -110,9 +110,11 @@ const TTL: &str = "Nats-TTL";
 const KV_OPERATION: &str = "KV-Operation";
 const MARKER_REASON: &str = "Nats-Marker-Reason";
 
-/// The parts of a `nats://` URL.
-#[derive(Debug, PartialEq, Eq)]
-struct Target {
+/// The parts of a `nats://` URL, parsed once while the command line is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The URL without its password or token, for messages.
+    pub shown: String,
     servers: Vec<String>,
     auth: Auth,
     bucket: String,
@@ -124,15 +126,23 @@ struct Target {
     tls_key: Option<PathBuf>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Auth {
     None,
     User(String, String),
     Token(String),
 }
 
-fn parse_url(url: &str, shown: &str) -> Result<Target> {
-    let bad = |why: &str| StoreError::refused(format!("nats store {shown}: {why}"));
+impl Target {
+    /// Parse a `nats://` URL; the error is a bare reason, naming the part.
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        parse_url(url)
+    }
+}
+
+fn parse_url(url: &str) -> std::result::Result<Target, String> {
+    let shown = redact(url);
+    let bad = |why: &str| why.to_string();
     let expected = "expected nats://[user:pass@]host:4222[,host2:4222][/BUCKET]";
     let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(expected))?;
     if !scheme.eq_ignore_ascii_case("nats") {
@@ -145,6 +155,7 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
         None => Auth::None,
     };
     let mut target = Target {
+        shown,
         servers: url.hosts.iter().map(|host| format!("nats://{host}")).collect(),
         auth,
         bucket: DEFAULT_BUCKET.to_string(),
@@ -359,9 +370,8 @@ impl NatsStore {
     /// Parse the URL, connect (authenticating as the URL says) and look the bucket up, so an
     /// unreachable server or bad credentials are reported here, before anything runs.
     /// With `Access::Create` a missing bucket is created.
-    pub async fn open(url: &str, access: Access) -> Result<Self> {
-        let shown = redact(url);
-        let target = parse_url(url, &shown)?;
+    pub async fn open(target: &Target, access: Access) -> Result<Self> {
+        let shown = target.shown.clone();
         let mut options = ConnectOptions::new()
             .name("leaderrun")
             .connection_timeout(CONNECT_TIMEOUT)
@@ -425,7 +435,7 @@ impl NatsStore {
         js.set_timeout(REQUEST_TIMEOUT);
         let store = Self {
             js,
-            bucket_name: target.bucket,
+            bucket_name: target.bucket.clone(),
             replicas: target.replicas,
             access,
             bucket: tokio::sync::OnceCell::new(),
@@ -825,7 +835,7 @@ mod tests {
 
     #[test]
     fn urls() {
-        let t = |u: &str| parse_url(u, "shown").unwrap();
+        let t = |u: &str| Target::parse(u).unwrap();
         let one = t("nats://h:1234");
         assert_eq!(
             (one.servers, one.auth, one.bucket),
@@ -839,12 +849,12 @@ mod tests {
         assert_eq!(tls.auth, Auth::Token("s3cret".into()));
         assert!(tls.tls && tls.tls_ca.is_some() && tls.tls_cert.is_some() && tls.creds.is_some());
         assert!(t("nats://h?tls=1").tls);
-        assert!(parse_url("nats://a,,b", "s").is_err());
-        assert!(parse_url("nats://h/bad.bucket", "s").is_err());
-        assert!(parse_url("nats://h?replicas=0", "s").is_err());
-        assert!(parse_url("nats://h?tlscert=/c.pem", "s").is_err());
-        assert!(parse_url("nats:h", "s").is_err());
-        assert!(parse_url("nats://h?tls_ca=/ca.pem", "s").unwrap_err().message.contains("unknown parameter ?tls_ca="));
+        assert!(Target::parse("nats://a,,b").is_err());
+        assert!(Target::parse("nats://h/bad.bucket").is_err());
+        assert!(Target::parse("nats://h?replicas=0").is_err());
+        assert!(Target::parse("nats://h?tlscert=/c.pem").is_err());
+        assert!(Target::parse("nats:h").is_err());
+        assert!(Target::parse("nats://h?tls_ca=/ca.pem").unwrap_err().contains("unknown parameter ?tls_ca="));
     }
 
     #[test]

@@ -72,7 +72,7 @@ const MAX_CONNECTIONS: u32 = 2;
 /// How often a waiter re-reads the lock while it cannot listen for notifications.
 const POLL: Duration = Duration::from_millis(250);
 
-/// URL parameters sqlx understands (anything else is dropped with a warning).
+/// URL parameters sqlx understands (anything else is refused).
 const SQLX_PARAMS: &[&str] = &[
     "sslmode",
     "ssl-mode",
@@ -109,10 +109,30 @@ pub fn schema_sql(table: &str) -> String {
     )
 }
 
-/// The schema for a `postgres://` URL (its `?table=`), for `leaderrun init --print-sql`.
-pub fn schema_sql_for_url(url: &str) -> std::result::Result<String, String> {
-    let (_, table) = split_url(url).map_err(|e| e.message)?;
-    Ok(schema_sql(&table))
+/// A `postgres://` URL, parsed once while the command line is checked.
+#[derive(Clone)]
+pub struct Target {
+    /// The URL without its password, for messages.
+    pub shown: String,
+    options: PgConnectOptions,
+    table: String,
+}
+
+impl Target {
+    /// Parse a `postgres://` or `postgresql://` URL: leaderrun's `table=` and the parameters
+    /// sqlx knows; anything else is refused (a misspelt `sslmode` must not leave TLS off).
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        let (sqlx_url, table) = split_url(url)?;
+        let options = PgConnectOptions::from_str(&sqlx_url)
+            .map_err(|e| format!("invalid URL: {}", describe(&e)))?
+            .log_statements(tracing::log::LevelFilter::Trace);
+        Ok(Self { shown: redact(url), options, table })
+    }
+
+    /// The table's name (`?table=`, checked).
+    pub fn table(&self) -> &str {
+        &self.table
+    }
 }
 
 /// Whether `name` is a plain SQL identifier: safe to quote into a statement as is.
@@ -125,8 +145,7 @@ fn valid_table(name: &str) -> bool {
 
 /// Split leaderrun's own `table=` off the URL (sqlx would warn about it) and drop the
 /// parameters sqlx does not know, so that it never logs their values.
-fn split_url(url: &str) -> Result<(String, String)> {
-    let shown = redact(url);
+fn split_url(url: &str) -> std::result::Result<(String, String), String> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_string(), DEFAULT_TABLE.to_string()));
     };
@@ -136,16 +155,16 @@ fn split_url(url: &str) -> Result<(String, String)> {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == "table" {
             if !valid_table(value) {
-                return Err(StoreError::refused(format!(
-                    "PostgreSQL store {shown}: table={value:?} is not a plain SQL identifier \
+                return Err(format!(
+                    "table={value:?} is not a plain SQL identifier \
                      (letters, digits and _, not starting with a digit, at most 63 characters)"
-                )));
+                ));
             }
             table = value.to_string();
         } else if SQLX_PARAMS.contains(&key) || (key.starts_with("options[") && key.ends_with(']')) {
             kept.push(pair);
         } else {
-            tracing::warn!("PostgreSQL store {shown}: ignoring the unknown parameter {key:?}");
+            return Err(format!("unknown parameter ?{key}= (known: table, {})", SQLX_PARAMS.join(", ")));
         }
     }
     let url = if kept.is_empty() { base.to_string() } else { format!("{base}?{}", kept.join("&")) };
@@ -235,12 +254,8 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Parse the URL, connect once (so a bad address, password or database is reported
     /// here, before anything runs) and, with `Access::Create`, create the table if needed.
-    pub async fn open(url: &str, access: Access) -> Result<Self> {
-        let shown = redact(url);
-        let (sqlx_url, table) = split_url(url)?;
-        let options = PgConnectOptions::from_str(&sqlx_url)
-            .map_err(|e| StoreError::refused(format!("PostgreSQL store {shown}: invalid URL: {}", describe(&e))))?
-            .log_statements(tracing::log::LevelFilter::Trace);
+    pub async fn open(target: &Target, access: Access) -> Result<Self> {
+        let (shown, options, table) = (target.shown.clone(), target.options.clone(), &target.table);
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -257,7 +272,7 @@ impl PostgresStore {
             pool,
             listen_pool,
             listener: Mutex::new(None),
-            sql: Sql::new(&table),
+            sql: Sql::new(table),
             options,
             shown,
             existing_only: access == Access::Existing,
@@ -267,7 +282,7 @@ impl PostgresStore {
             Err(err) => return Err(store.explain_connect_failure(err).await),
         };
         if access == Access::Create {
-            store.create_table(&mut conn, &table).await?;
+            store.create_table(&mut conn, table).await?;
         }
         Ok(store)
     }
@@ -554,19 +569,22 @@ mod tests {
         assert_eq!(split("postgres://u:p@h/db"), ("postgres://u:p@h/db".into(), DEFAULT_TABLE.into()));
         assert_eq!(split("postgres://u:p@h/db?table=t1"), ("postgres://u:p@h/db".into(), "t1".into()));
         assert_eq!(
-            split("postgresql://h/db?sslmode=require&table=T&bogus=secret&options[search_path]=s"),
+            split("postgresql://h/db?sslmode=require&table=T&options[search_path]=s"),
             ("postgresql://h/db?sslmode=require&options[search_path]=s".into(), "T".into())
         );
         let err = split_url("postgres://u:hunter2@h/db?table=x;drop").unwrap_err();
-        assert!(err.message.contains("x;drop") && !err.message.contains("hunter2"), "{}", err.message);
-        assert_eq!(err.kind, super::super::ErrorKind::Refused);
+        assert!(err.contains("x;drop") && !err.contains("hunter2"), "{err}");
+        let err = split_url("postgres://u:hunter2@h/db?bogus=secret").unwrap_err();
+        assert!(err.contains("unknown parameter ?bogus=") && !err.contains("secret"), "{err}");
+        let err = Target::parse("postgres://u:hunter2@h:notaport/db").err().expect("refused");
+        assert!(err.contains("invalid URL") && !err.contains("hunter2"), "{err}");
     }
 
     #[test]
     fn schema_is_one_statement() {
         let sql = schema_sql("t");
         assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS \"t\" (") && !sql.contains(';'));
-        assert_eq!(schema_sql_for_url("postgres://h/db?table=x").unwrap(), schema_sql("x"));
-        assert!(schema_sql_for_url("postgres://h/db?table=1").is_err());
+        assert_eq!(Target::parse("postgres://h/db?table=x").unwrap().table(), "x");
+        assert!(Target::parse("postgres://h/db?table=1").is_err());
     }
 }

@@ -181,7 +181,7 @@ return r
 }
 
 /// The parts of a Redis URL that are leaderrun's, not the redis crate's.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Extras {
     prefix: String,
     /// `cacert=`: trust this CA (PEM) instead of the system's; `cert=` and `key=`: a client
@@ -216,6 +216,25 @@ fn split_url(url: &str) -> (String, Extras) {
     }
     let query = if kept.is_empty() { String::new() } else { format!("?{}", kept.join("&")) };
     (format!("{base}{query}{fragment}"), extras)
+}
+
+/// A `redis://` or `rediss://` URL, parsed once while the command line is checked.
+#[derive(Clone)]
+pub struct Target {
+    /// The URL without its password, for messages.
+    pub shown: String,
+    /// The URL the redis crate is given (leaderrun's own parameters taken out).
+    redis_url: String,
+    extras: Extras,
+}
+
+impl Target {
+    /// Split leaderrun's parameters off and check the rest with the redis crate's parser.
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        let (redis_url, extras) = split_url(url);
+        redis::parse_redis_url(&redis_url).ok_or("not a valid Redis URL (expected redis://[user]:pass@host:6379/0)")?;
+        Ok(Self { shown: redact(url), redis_url, extras })
+    }
 }
 
 /// A client for the URL: with the CA and client certificate of `extras` when given.
@@ -276,11 +295,10 @@ impl RedisStore {
     /// Parse the URL and connect once, so that a bad address or password is reported
     /// here, before anything runs. Redis creates nothing ahead of use, so `access` does
     /// not matter: looking never writes.
-    pub async fn open(url: &str, _access: Access) -> Result<Self> {
-        let shown = redact(url);
-        let (redis_url, extras) = split_url(url);
-        let client = client(&redis_url, &extras, &shown)?;
-        let prefix = extras.prefix;
+    pub async fn open(target: &Target, _access: Access) -> Result<Self> {
+        let shown = target.shown.clone();
+        let client = client(&target.redis_url, &target.extras, &shown)?;
+        let prefix = target.extras.prefix.clone();
         // One attempt per reconnection: the elector retries failed calls on its own schedule.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(TIMEOUT))

@@ -4,40 +4,96 @@ use std::path::PathBuf;
 
 use super::{Store, StoreError};
 
-/// A parsed `--store`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed `--store`: each store's URL parsed once, while the command line is checked,
+/// so that a bad URL is bad usage (exit 2) on every store, before anything connects.
+#[derive(Clone)]
 pub enum StoreSpec {
     /// An SQLite file; `default` when no --store was given.
     Sqlite { path: PathBuf, default: bool },
-    /// A PostgreSQL server: the URL as given (`postgres://` or `postgresql://`).
-    Postgres { url: String },
-    /// A MySQL or MariaDB server: the URL as given (`mysql://` or `mariadb://`).
-    MySql { url: String },
-    /// A Redis server: the URL as given (`redis://` or `rediss://`).
-    Redis { url: String },
-    /// An etcd cluster: the URL as given (`etcd://host:2379[,host2:2379...]`, `etcds://` for TLS).
-    Etcd { url: String },
-    /// A NATS JetStream KV bucket: the URL as given (`nats://host:4222[,host2:4222...][/BUCKET]`).
-    Nats { url: String },
-    /// A ZooKeeper ensemble: the URL as given (`zk://host:2181[,host2:2181...][/path]`).
-    ZooKeeper { url: String },
+    /// A PostgreSQL server (`postgres://` or `postgresql://`).
+    #[cfg(feature = "postgres")]
+    Postgres(super::postgres::Target),
+    /// A MySQL or MariaDB server (`mysql://` or `mariadb://`).
+    #[cfg(feature = "mysql")]
+    MySql(super::mysql::Target),
+    /// A Redis server (`redis://` or `rediss://`).
+    #[cfg(feature = "redis")]
+    Redis(super::redis::Target),
+    /// An etcd cluster (`etcd://host:2379[,host2:2379...]`, `etcds://` for TLS).
+    #[cfg(feature = "etcd")]
+    Etcd(super::etcd::Target),
+    /// A NATS JetStream KV bucket (`nats://host:4222[,host2:4222...][/BUCKET]`).
+    #[cfg(feature = "nats")]
+    Nats(super::nats::Target),
+    /// A ZooKeeper ensemble (`zk://host:2181[,host2:2181...][/path]`).
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(super::zookeeper::Target),
+}
+
+/// Debug output shows the store as messages do: never a password.
+impl std::fmt::Debug for StoreSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreSpec({})", describe(self))
+    }
+}
+
+impl StoreSpec {
+    /// Parse a store URL (for tests and tools: `parse` is what the command line uses).
+    pub fn from_url(url: &str) -> Result<Self, String> {
+        parse(Some(url), || Err("no state directory".into()))
+    }
+
+    /// Whether the store judges expiry on its servers' wall clocks, so that a failover to a
+    /// server whose clock differs moves every lease's expiry by the difference.
+    pub fn expiry_on_server_wall_clock(&self) -> bool {
+        match self {
+            StoreSpec::Sqlite { .. } => false,
+            #[cfg(feature = "postgres")]
+            StoreSpec::Postgres(_) => true,
+            #[cfg(feature = "mysql")]
+            StoreSpec::MySql(_) => true,
+            #[cfg(feature = "redis")]
+            StoreSpec::Redis(_) => true,
+            #[cfg(feature = "etcd")]
+            StoreSpec::Etcd(_) => false,
+            #[cfg(feature = "nats")]
+            StoreSpec::Nats(_) => true,
+            #[cfg(feature = "zookeeper")]
+            StoreSpec::ZooKeeper(_) => false,
+        }
+    }
 }
 
 /// The schemes this build knows, for error messages.
 pub const SCHEMES: &[&str] = &[
     "sqlite",
+    #[cfg(feature = "postgres")]
     "postgres",
+    #[cfg(feature = "postgres")]
     "postgresql",
+    #[cfg(feature = "mysql")]
     "mysql",
+    #[cfg(feature = "mysql")]
     "mariadb",
+    #[cfg(feature = "redis")]
     "redis",
+    #[cfg(feature = "redis")]
     "rediss",
+    #[cfg(feature = "etcd")]
     "etcd",
+    #[cfg(feature = "etcd")]
     "etcds",
+    #[cfg(feature = "nats")]
     "nats",
+    #[cfg(feature = "zookeeper")]
     "zk",
+    #[cfg(feature = "zookeeper")]
     "zookeeper",
 ];
+
+/// Every scheme any build knows, to tell "not in this build" from "no such store".
+const ALL_SCHEMES: &[&str] =
+    &["postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd", "etcds", "nats", "zk", "zookeeper"];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
 pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
@@ -48,32 +104,40 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
     let Some((scheme, rest)) = url.split_once(':') else {
         return Err(format!("--store {shown:?} is not a URL (expected e.g. sqlite:///path/to/file.db)"));
     };
-    match scheme.to_ascii_lowercase().as_str() {
+    let parsed = match scheme.to_ascii_lowercase().as_str() {
         "sqlite" => {
             // sqlite:///abs/path, sqlite://rel/path and sqlite:path all name a file.
             let path = rest.strip_prefix("//").unwrap_or(rest);
-            let path = path.split_once('?').map_or(path, |(p, _)| p);
+            if let Some((_, query)) = path.split_once('?') {
+                let key = query.split(['=', '&']).next().unwrap_or_default();
+                return Err(format!("--store {shown:?}: unknown parameter ?{key}= (an sqlite:// URL takes none)"));
+            }
             if path.is_empty() || path.ends_with('/') {
                 return Err(format!("--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"));
             }
-            Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false })
+            return Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false });
         }
-        "postgres" | "postgresql" | "mysql" | "mariadb" => {
-            let spec = if scheme.to_ascii_lowercase().starts_with("postgres") {
-                StoreSpec::Postgres { url: url.to_string() }
-            } else {
-                StoreSpec::MySql { url: url.to_string() }
-            };
-            // A bad ?table= is bad usage, found before anything connects.
-            schema_sql(&spec).map_err(|e| format!("--store {shown:?}: {e}"))?;
-            Ok(spec)
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => super::postgres::Target::parse(url).map(StoreSpec::Postgres),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => super::mysql::Target::parse(url).map(StoreSpec::MySql),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => super::redis::Target::parse(url).map(StoreSpec::Redis),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => super::etcd::Target::parse(url).map(StoreSpec::Etcd),
+        #[cfg(feature = "nats")]
+        "nats" => super::nats::Target::parse(url).map(StoreSpec::Nats),
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => super::zookeeper::Target::parse(url).map(StoreSpec::ZooKeeper),
+        other if ALL_SCHEMES.contains(&other) => {
+            return Err(format!("--store: this build of leaderrun has no {other}:// store (its cargo feature is off)"))
         }
-        "redis" | "rediss" => Ok(StoreSpec::Redis { url: url.to_string() }),
-        "etcd" | "etcds" => Ok(StoreSpec::Etcd { url: url.to_string() }),
-        "nats" => Ok(StoreSpec::Nats { url: url.to_string() }),
-        "zk" | "zookeeper" => Ok(StoreSpec::ZooKeeper { url: url.to_string() }),
-        other => Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
-    }
+        other => {
+            return Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", ")))
+        }
+    };
+    // A store's parser gives a bare reason; the flag and the URL (without its password) are named here.
+    parsed.map_err(|why| format!("--store {shown:?}: {why}"))
 }
 
 /// The state directory for the embedded store: $XDG_STATE_HOME/leaderrun, else
@@ -114,20 +178,23 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
             }
             Ok(Box::new(super::sqlite::SqliteStore::open(path, access).await?))
         }
+        #[cfg(not(feature = "sqlite"))]
+        StoreSpec::Sqlite { .. } => {
+            let _ = access;
+            Err(StoreError::refused("this build of leaderrun has no sqlite store (its cargo feature is off)"))
+        }
         #[cfg(feature = "postgres")]
-        StoreSpec::Postgres { url } => Ok(Box::new(super::postgres::PostgresStore::open(url, access).await?)),
+        StoreSpec::Postgres(target) => Ok(Box::new(super::postgres::PostgresStore::open(target, access).await?)),
         #[cfg(feature = "mysql")]
-        StoreSpec::MySql { url } => Ok(Box::new(super::mysql::MySqlStore::open(url, access).await?)),
+        StoreSpec::MySql(target) => Ok(Box::new(super::mysql::MySqlStore::open(target, access).await?)),
         #[cfg(feature = "redis")]
-        StoreSpec::Redis { url } => Ok(Box::new(super::redis::RedisStore::open(url, access).await?)),
+        StoreSpec::Redis(target) => Ok(Box::new(super::redis::RedisStore::open(target, access).await?)),
         #[cfg(feature = "etcd")]
-        StoreSpec::Etcd { url } => Ok(Box::new(super::etcd::EtcdStore::open(url, access).await?)),
+        StoreSpec::Etcd(target) => Ok(Box::new(super::etcd::EtcdStore::open(target, access).await?)),
         #[cfg(feature = "nats")]
-        StoreSpec::Nats { url } => Ok(Box::new(super::nats::NatsStore::open(url, access).await?)),
+        StoreSpec::Nats(target) => Ok(Box::new(super::nats::NatsStore::open(target, access).await?)),
         #[cfg(feature = "zookeeper")]
-        StoreSpec::ZooKeeper { url } => Ok(Box::new(super::zookeeper::ZooKeeperStore::open(url, access).await?)),
-        #[allow(unreachable_patterns)]
-        _ => Err(StoreError::refused("this store is not compiled into this build of leaderrun")),
+        StoreSpec::ZooKeeper(target) => Ok(Box::new(super::zookeeper::ZooKeeperStore::open(target, access).await?)),
     }
 }
 
@@ -155,14 +222,11 @@ pub fn schema_sql(spec: &StoreSpec) -> Result<String, String> {
         #[cfg(feature = "sqlite")]
         StoreSpec::Sqlite { .. } => Ok(super::sqlite::SCHEMA.to_string()),
         #[cfg(feature = "postgres")]
-        StoreSpec::Postgres { url } => super::postgres::schema_sql_for_url(url),
+        StoreSpec::Postgres(target) => Ok(super::postgres::schema_sql(target.table())),
         #[cfg(feature = "mysql")]
-        StoreSpec::MySql { url } => super::mysql::schema_sql_for_url(url),
-        StoreSpec::Redis { .. } | StoreSpec::Etcd { .. } | StoreSpec::Nats { .. } | StoreSpec::ZooKeeper { .. } => {
-            Err("this store keeps no tables: there is no SQL to print".into())
-        }
+        StoreSpec::MySql(target) => Ok(super::mysql::schema_sql(target.table())),
         #[allow(unreachable_patterns)]
-        _ => Err("this store is not compiled into this build of leaderrun".into()),
+        _ => Err("this store keeps no tables: there is no SQL to print".into()),
     }
 }
 
@@ -170,12 +234,18 @@ pub fn schema_sql(spec: &StoreSpec) -> Result<String, String> {
 pub fn describe(spec: &StoreSpec) -> String {
     match spec {
         StoreSpec::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
-        StoreSpec::Postgres { url }
-        | StoreSpec::MySql { url }
-        | StoreSpec::Redis { url }
-        | StoreSpec::Etcd { url }
-        | StoreSpec::Nats { url }
-        | StoreSpec::ZooKeeper { url } => redact(url),
+        #[cfg(feature = "postgres")]
+        StoreSpec::Postgres(target) => target.shown.clone(),
+        #[cfg(feature = "mysql")]
+        StoreSpec::MySql(target) => target.shown.clone(),
+        #[cfg(feature = "redis")]
+        StoreSpec::Redis(target) => target.shown.clone(),
+        #[cfg(feature = "etcd")]
+        StoreSpec::Etcd(target) => target.shown.clone(),
+        #[cfg(feature = "nats")]
+        StoreSpec::Nats(target) => target.shown.clone(),
+        #[cfg(feature = "zookeeper")]
+        StoreSpec::ZooKeeper(target) => target.shown.clone(),
     }
 }
 
@@ -264,7 +334,7 @@ pub fn parse_cluster_url(rest: &str, default_port: u16) -> Result<ClusterUrl, St
 
 /// The PEM files of a TLS connection, named as etcdctl and redis-cli name them:
 /// `cacert=` (the CA to trust), `cert=` and `key=` (a client certificate).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsFiles {
     pub cacert: Option<String>,
     pub cert: Option<String>,
@@ -350,15 +420,18 @@ mod tests {
 
     #[test]
     fn sqlite_urls() {
-        let p = |u| parse(Some(u), no_state).unwrap();
-        assert_eq!(p("sqlite:///a/b.db"), StoreSpec::Sqlite { path: "/a/b.db".into(), default: false });
-        assert_eq!(p("sqlite://rel/b.db"), StoreSpec::Sqlite { path: "rel/b.db".into(), default: false });
-        assert_eq!(p("sqlite:b.db"), StoreSpec::Sqlite { path: "b.db".into(), default: false });
-        assert_eq!(
-            parse(None, no_state).unwrap(),
-            StoreSpec::Sqlite { path: "/state/leaderrun.db".into(), default: true }
-        );
+        let p = |u| match parse(Some(u), no_state).unwrap() {
+            StoreSpec::Sqlite { path, default } => (path, default),
+            #[allow(unreachable_patterns)]
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(p("sqlite:///a/b.db"), ("/a/b.db".into(), false));
+        assert_eq!(p("sqlite://rel/b.db"), ("rel/b.db".into(), false));
+        assert_eq!(p("sqlite:b.db"), ("b.db".into(), false));
+        assert!(matches!(parse(None, no_state).unwrap(), StoreSpec::Sqlite { path, default: true } if path == PathBuf::from("/state/leaderrun.db")));
         assert!(parse(Some("sqlite://"), no_state).unwrap_err().contains("names no file"));
+        let err = parse(Some("sqlite:///a/b.db?mode=ro"), no_state).unwrap_err();
+        assert!(err.contains("unknown parameter ?mode="), "{err}");
     }
 
     #[test]

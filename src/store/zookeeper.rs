@@ -116,9 +116,11 @@ struct Value {
     keep_until_ms: Option<u64>,
 }
 
-/// The parts of a `zk://` URL.
-#[derive(Debug, PartialEq, Eq)]
-struct Target {
+/// The parts of a `zk://` URL, parsed once while the command line is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The URL without its password, for messages.
+    pub shown: String,
     /// `host:port,host2:port2`, the connect string without a chroot.
     hosts: String,
     user: Option<(String, String)>,
@@ -127,8 +129,16 @@ struct Target {
     tls: Option<TlsFiles>,
 }
 
-fn parse_url(url: &str, shown: &str) -> Result<Target> {
-    let bad = |why: &str| StoreError::refused(format!("zookeeper store {shown}: {why}"));
+impl Target {
+    /// Parse a `zk://` or `zookeeper://` URL; the error is a bare reason, naming the part.
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        parse_url(url)
+    }
+}
+
+fn parse_url(url: &str) -> std::result::Result<Target, String> {
+    let shown = redact(url);
+    let bad = |why: &str| why.to_string();
     let expected = "expected zk://[user:pass@]host:2181[,host2:2181][/path]";
     let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(expected))?;
     if !scheme.eq_ignore_ascii_case("zk") && !scheme.eq_ignore_ascii_case("zookeeper") {
@@ -141,7 +151,7 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
         if matches!(key.as_str(), "tls" | "secure" | "zookeeper.client.secure") {
             tls = !matches!(value.as_str(), "0" | "false");
         } else if !files.take(key, value) {
-            tracing::warn!("zookeeper store {shown}: ignoring the unknown parameter {key:?}");
+            return Err(format!("unknown parameter ?{key}= (known: tls, cacert, cert, key)"));
         }
     }
     files.check(tls, "?tls=1, for the server's secureClientPort").map_err(|why| bad(&why))?;
@@ -158,7 +168,7 @@ fn parse_url(url: &str, shown: &str) -> Result<Target> {
         return Err(bad("/zookeeper is ZooKeeper's own subtree; choose another path"));
     }
     let user = url.userinfo.map(|(user, pass)| (user, pass.unwrap_or_default()));
-    Ok(Target { hosts: url.hosts.join(","), user, root, tls: tls.then_some(files) })
+    Ok(Target { shown, hosts: url.hosts.join(","), user, root, tls: tls.then_some(files) })
 }
 
 /// The client's TLS settings from the URL's PEM files: the CA, and a client certificate.
@@ -356,18 +366,17 @@ impl ZooKeeperStore {
     /// Parse the URL and connect (with the digest credentials, if a user is given), then read the
     /// root once, so an unreachable ensemble or a wrong password is reported here, before anything
     /// runs. Nothing is created until a lock is acquired (only with `Access::Create`).
-    pub async fn open(url: &str, access: Access) -> Result<Self> {
-        let shown = redact(url);
-        let target = parse_url(url, &shown)?;
+    pub async fn open(target: &Target, access: Access) -> Result<Self> {
+        let shown = target.shown.clone();
         let tls = match &target.tls {
             Some(files) => Some(tls_options(files, &shown)?),
             None => None,
         };
         let store = Self {
-            hosts: target.hosts,
-            user: target.user,
+            hosts: target.hosts.clone(),
+            user: target.user.clone(),
             tls,
-            root: target.root,
+            root: target.root.clone(),
             access,
             shown,
             inner: Arc::new(Mutex::new(Inner::default())),
@@ -1000,24 +1009,24 @@ mod tests {
 
     #[test]
     fn urls() {
-        let t = |u: &str| parse_url(u, "shown").unwrap();
-        assert_eq!(t("zk://h"), Target { hosts: "h:2181".into(), user: None, root: DEFAULT_ROOT.into(), tls: None });
+        let t = |u: &str| Target::parse(u).unwrap();
+        assert_eq!(t("zk://h"), Target { shown: "zk://h".into(), hosts: "h:2181".into(), user: None, root: DEFAULT_ROOT.into(), tls: None });
         let two = t("zookeeper://u:p%40ss@a,b:2/team/x/");
         assert_eq!(two.hosts, "a:2181,b:2");
         assert_eq!(two.user, Some(("u".into(), "p@ss".into())));
         assert_eq!(two.root, "/team/x");
-        assert!(parse_url("zk://h?tls=1", "s").unwrap_err().message.contains("cacert=FILE"));
-        assert!(parse_url("zk://h?cacert=/ca.pem", "s").unwrap_err().message.contains("need TLS"));
-        assert!(parse_url("zk://h?tls=1&cacert=/ca&cert=/c", "s").unwrap_err().message.contains("go together"));
+        assert!(Target::parse("zk://h?tls=1").unwrap_err().contains("cacert=FILE"));
+        assert!(Target::parse("zk://h?cacert=/ca.pem").unwrap_err().contains("need TLS"));
+        assert!(Target::parse("zk://h?tls=1&cacert=/ca&cert=/c").unwrap_err().contains("go together"));
         let tls = t("zk://h?zookeeper.client.secure=true&cacert=/ca%20dir/ca.pem&cert=/c.pem&key=/k.pem");
         let files =
             TlsFiles { cacert: Some("/ca dir/ca.pem".into()), cert: Some("/c.pem".into()), key: Some("/k.pem".into()) };
         assert_eq!(tls.tls, Some(files));
         assert_eq!(t("zk://h?tls=false").hosts, "h:2181");
-        assert!(parse_url("zk://a,,b", "s").is_err());
-        assert!(parse_url("zk://h/a//b", "s").is_err());
-        assert!(parse_url("zk://h/a/../b", "s").is_err());
-        assert!(parse_url("zk://h/zookeeper", "s").is_err());
+        assert!(Target::parse("zk://a,,b").is_err());
+        assert!(Target::parse("zk://h/a//b").is_err());
+        assert!(Target::parse("zk://h/a/../b").is_err());
+        assert!(Target::parse("zk://h/zookeeper").is_err());
     }
 
     #[test]

@@ -138,6 +138,46 @@ pub async fn release_with_keep_holds_until_then(h: &dyn Harness) {
     won(&*b, &lock, "b", TTL).await;
 }
 
+/// `leaderrun release` on a lock that is only kept for --min-hold (its child has exited and
+/// its holder is gone) frees it at once: nobody else would, for up to a month.
+pub async fn revoke_frees_a_min_hold_keep_at_once(h: &dyn Harness) {
+    let (a, admin, b) = (h.open().await, h.open().await, h.open().await);
+    let lock = unique("revoke-keep");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    a.release(&lease, Duration::from_secs(3600)).await.unwrap();
+    held(&*b, &lock, "b").await;
+    let before = admin.revoke(&lock).await.unwrap().expect("a kept lock is held");
+    assert_eq!((before.holder.as_deref(), before.token), (Some("a"), lease.token));
+    assert!(!admin.status(&lock).await.unwrap().is_held(), "the keep ended at once");
+    let next = won(&*b, &lock, "b", TTL).await;
+    assert!(next.token > lease.token);
+    // A live lease is still only asked to stand down, never freed under its child.
+    admin.revoke(&lock).await.unwrap().expect("b holds it");
+    held(&*a, &lock, "a").await;
+}
+
+/// An acquire whose answer was lost may have been granted: `abandon` frees it when it is
+/// this identity's, from the client that asked or from a fresh one, and leaves another
+/// identity's lease alone.
+pub async fn abandon_frees_only_this_identitys_lease(h: &dyn Harness) {
+    let (a, fresh, b) = (h.open().await, h.open().await, h.open().await);
+    let lock = unique("abandon");
+    let lease = won(&*a, &lock, "ghost", TTL).await;
+    a.abandon(&lock, "somebody-else").await.unwrap();
+    assert_eq!(b.status(&lock).await.unwrap().holder.as_deref(), Some("ghost"));
+    a.abandon(&lock, "ghost").await.unwrap();
+    let next = won(&*b, &lock, "b", TTL).await;
+    assert!(next.token > lease.token);
+    a.abandon(&lock, "ghost").await.unwrap();
+    assert_eq!(b.status(&lock).await.unwrap().holder.as_deref(), Some("b"), "b's lease is not touched");
+    b.release(&next, Duration::ZERO).await.unwrap();
+
+    let lock = unique("abandon-fresh");
+    won(&*a, &lock, "ghost", TTL).await;
+    fresh.abandon(&lock, "ghost").await.unwrap();
+    won(&*b, &lock, "b", TTL).await;
+}
+
 pub async fn tokens_strictly_increase(h: &dyn Harness) {
     let store = h.open().await;
     let lock = unique("tokens");
@@ -310,6 +350,8 @@ macro_rules! conformance_suite {
             expiry_frees_the_lock,
             release_frees_the_lock_at_once,
             release_with_keep_holds_until_then,
+            revoke_frees_a_min_hold_keep_at_once,
+            abandon_frees_only_this_identitys_lease,
             tokens_strictly_increase,
             status_list_and_revoke_agree,
             revoked_holder_sees_it_at_the_next_renewal,
