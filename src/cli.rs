@@ -368,18 +368,28 @@ pub struct RunArgs {
     pub min_hold: Option<Duration>,
 
     /// Lease duration. A holder that cannot renew for this long loses the lease; a standby
-    /// takes over about this long after a holder dies.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "15s", env = "LEADERRUN_TTL")]
-    pub ttl: Duration,
+    /// takes over about this long after a holder dies. Default: 15s, or the longest lease the
+    /// store keeps if that is shorter (a ZooKeeper server's maxSessionTimeout, a NATS bucket's
+    /// max age; -v says so).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TTL")]
+    pub ttl: Option<Duration>,
 
     /// How often the holder renews the lease. Default: a third of --ttl.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_RENEW_EVERY")]
     pub renew_every: Option<Duration>,
 
     /// Grace between the stop signal and SIGKILL, when the child must stop (lease about to
-    /// lapse, lease lost, or leaderrun got SIGINT/SIGTERM).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "5s", env = "LEADERRUN_KILL_AFTER")]
-    pub kill_after: Duration,
+    /// lapse, lease lost, or leaderrun got SIGINT/SIGTERM). Default: a third of --ttl, at
+    /// most 5s.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_KILL_AFTER")]
+    pub kill_after: Option<Duration>,
+
+    /// How far apart the wall clocks of the store's servers may be, for stores that judge
+    /// expiry on them (PostgreSQL, MySQL, Redis, NATS): after a failover to a replica whose
+    /// clock runs ahead, leases end that much early, so the holder stops its child that much
+    /// sooner. Keep the servers NTP-synced and set this to the worst offset you allow.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "500ms", env = "LEADERRUN_SERVER_CLOCK_SKEW")]
+    pub server_clock_skew: Duration,
 
     /// Signal that asks the child's process group to stop (name or number: TERM, SIGINT, 15).
     #[arg(long, value_name = "SIG", value_parser = parse_signal_arg, default_value = "TERM", env = "LEADERRUN_SIGNAL")]

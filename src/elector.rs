@@ -34,7 +34,11 @@ const RECHECK: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     OneShot,
-    Wait { timeout: Option<Duration> },
+    /// Campaign until elected, or until `until` on the elector's clock (--timeout counted
+    /// from the start of the run: opening the store takes from the same wait).
+    Wait {
+        until: Option<Duration>,
+    },
 }
 
 /// What to campaign for.
@@ -42,6 +46,10 @@ pub enum Mode {
 pub struct Election {
     pub lock: String,
     pub identity: String,
+    /// Whether no other run can have this identity (leaderrun's own HOST:PID:RANDOM). Only
+    /// then may a lease found under it after an unanswered acquire be taken for this run's
+    /// own and given back: with a shared --identity it may be another run's live lease.
+    pub unique_identity: bool,
     pub timing: Timing,
     pub mode: Mode,
     /// The stop signal for the payload.
@@ -116,11 +124,14 @@ impl Elector {
     async fn campaign(&mut self) -> Result<(Lease, Duration), Outcome> {
         let timing = self.timing();
         let give_up = match self.election.mode {
-            Mode::Wait { timeout: Some(t) } => Some(self.now() + t),
+            Mode::Wait { until } => until,
             _ => None,
         };
         let one_shot = self.election.mode == Mode::OneShot;
         let mut backoff = timing.retry_every();
+        // The token of a lease of this run's own that it gave back (once only: if the store did
+        // not free it, it lapses at its expiry like any other lease).
+        let mut ghost = None;
         loop {
             let sent = self.now();
             let store = self.store.clone();
@@ -129,7 +140,11 @@ impl Elector {
                 timeout(timing.request_timeout(), async move { store.acquire(&lock, &identity, timing.ttl).await });
             let result = tokio::select! {
                 result = attempt => result,
-                Some(signal) = self.signals.recv() => return Err(Outcome::Interrupted(signal)),
+                Some(signal) = self.signals.recv() => {
+                    // The acquire was under way: the store may have granted it.
+                    self.abandon().await;
+                    return Err(Outcome::Interrupted(signal));
+                }
             };
             let failure = match result {
                 Ok(Ok(Acquire::Won(lease))) => {
@@ -140,6 +155,18 @@ impl Elector {
                     tracing::warn!(token = lease.token, "the store took too long to grant the lease; giving it back");
                     self.release(&lease, Duration::ZERO).await;
                     StoreError::unavailable("the store answered too slowly to grant a usable lease")
+                }
+                Ok(Ok(Acquire::Held(record)))
+                    if self.election.unique_identity
+                        && record.holder.as_deref() == Some(&self.election.identity)
+                        && ghost != Some(record.token) =>
+                {
+                    ghost = Some(record.token);
+                    // An earlier attempt whose answer never came was granted after all: this
+                    // run's own ghost. Give it back and try again at once.
+                    tracing::debug!(token = record.token, "an earlier acquire was granted after all; giving it back");
+                    self.abandon().await;
+                    continue;
                 }
                 Ok(Ok(Acquire::Held(record))) => {
                     if one_shot {
@@ -160,10 +187,15 @@ impl Elector {
                     continue;
                 }
                 Ok(Err(err)) => err,
-                Err(_) => StoreError::unavailable(format!(
-                    "the store did not answer within {}",
-                    humantime::format_duration(timing.request_timeout())
-                )),
+                Err(_) => {
+                    // No answer: the store may still grant it. Give it back before going on,
+                    // or nobody would hold that lease and everyone would be kept out for a ttl.
+                    self.abandon().await;
+                    StoreError::unavailable(format!(
+                        "the store did not answer within {}",
+                        humantime::format_duration(timing.request_timeout())
+                    ))
+                }
             };
             if one_shot || !failure.is_transient() {
                 return Err(Outcome::StoreFailed(failure));
@@ -180,6 +212,23 @@ impl Elector {
                 return Err(Outcome::StoreFailed(failure));
             }
             backoff = (backoff * 2).min(timing.renew_every);
+        }
+    }
+
+    /// Best effort, after an acquire whose answer never came: free the lock if the store
+    /// granted it to this run after all. Only with an identity no other run can have.
+    async fn abandon(&self) {
+        let Election { lock, identity, unique_identity, .. } = &self.election;
+        if !unique_identity {
+            tracing::debug!("an acquire went unanswered; with a chosen --identity it cannot be told from another run's, so it is left to expire");
+            return;
+        }
+        // Short: this runs on the way out of a wait (a signal) or between attempts.
+        let bound = self.timing().request_timeout().min(Duration::from_secs(1));
+        match timeout(bound, self.store.abandon(lock, identity)).await {
+            Ok(Ok(())) => tracing::debug!("gave back any lease the unanswered acquire got"),
+            Ok(Err(err)) => tracing::debug!("could not check for a lease the unanswered acquire got: {err}"),
+            Err(_) => tracing::debug!("checking for a lease the unanswered acquire got timed out"),
         }
     }
 
@@ -211,7 +260,9 @@ impl Elector {
                     let store = self.store.clone();
                     let held = term.lease.clone();
                     let sent = self.now();
-                    let future: Pending<Renew> = Box::pin(timeout(timing.request_timeout(), async move { store.renew(&held, timing.ttl).await }));
+                    // No attempt outlasts the stop time: a renewal confirmed after it is not used.
+                    let limit = timing.renew_timeout().min(timing.stop_at(term.deadline).saturating_sub(sent)).max(Duration::from_millis(1));
+                    let future: Pending<Renew> = Box::pin(timeout(limit, async move { store.renew(&held, timing.ttl).await }));
                     term.renewing = Some((sent, future));
                 }
                 _ = async move { sleep_until(&*clock2, wake).await } => {}
@@ -360,8 +411,9 @@ impl Term {
                 self.next_renew = now + self.timing.retry_every();
             }
             Err(_) => {
+                // It has waited already: try again at once, on a fresh request.
                 tracing::warn!(safe_for = ?self.deadline.saturating_sub(now), "renewal timed out");
-                self.next_renew = now + self.timing.retry_every();
+                self.next_renew = now;
             }
         }
     }

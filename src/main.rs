@@ -2,6 +2,8 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
 
+use anyhow::Context;
+
 use leaderrun::{child::watchdog, cli, exit, run};
 
 fn main() -> ExitCode {
@@ -33,12 +35,18 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
+    let ran = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .and_then(|runtime| runtime.block_on(run::main(*cli)));
+    match ran {
+        Ok(code) => ExitCode::from(code),
+        // leaderrun's own trouble, with its causes on one line: "cannot write to standard
+        // output: No space left on device".
         Err(err) => {
-            eprintln!("leaderrun: cannot start: {err}");
-            return ExitCode::from(exit::INTERNAL);
+            eprintln!("leaderrun: error: {err:#}");
+            ExitCode::from(exit::INTERNAL)
         }
-    };
-    ExitCode::from(runtime.block_on(run::main(*cli)))
+    }
 }

@@ -3,21 +3,23 @@
 //!
 //! All input is checked before the store is opened, so bad input never writes.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use anyhow::Context;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
 use crate::child::{signals, CommandSpec, Supervisor};
 use crate::cli::{Cli, Command, CommonArgs, RunArgs};
-use crate::clock::BootClock;
+use crate::clock::{BootClock, Clock};
 use crate::elector::{Election, Elector, Mode, Outcome};
 use crate::exit;
 use crate::logging;
 use crate::store::url::{self, Access, StoreSpec};
 use crate::store::{validate_lock_name, LockRecord, Store};
-use crate::timing::{validate_timeout, Timing};
+use crate::timing::{validate_timeout, Requested};
 
 /// Print one line naming the problem; return the status to exit with.
 fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
@@ -25,7 +27,10 @@ fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
     code
 }
 
-pub async fn main(cli: Cli) -> u8 {
+/// Run what the command line asks. Failures the user can act on are logged here, each as
+/// one line, and become the documented exit status; an `Err` is leaderrun's own trouble
+/// (no signal handlers, standard output unwritable), for `main` to report.
+pub async fn main(cli: Cli) -> anyhow::Result<u8> {
     match cli.subcommand {
         None => run(cli.run).await,
         Some(Command::Status { lock, common, output }) => {
@@ -63,12 +68,15 @@ async fn open_for_reading(common: &CommonArgs, lock: Option<&str>) -> Result<Box
 /// Check everything about a run; nothing touches the store yet.
 struct Plan {
     election: Election,
+    /// The timing flags as given: a store with a lease limit of its own may cap the ttl.
+    requested: Requested,
     command: CommandSpec,
     spec: StoreSpec,
     conflict_exit_code: u8,
 }
 
-fn plan(args: RunArgs) -> Result<Plan, u8> {
+/// `started`: when the run began, on the elector's clock (--timeout counts from then).
+fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
     let usage = |e: String| fail(exit::USAGE, e);
     let lock = args.lock.name().to_string();
     validate_lock_name(&lock).map_err(usage)?;
@@ -76,26 +84,34 @@ fn plan(args: RunArgs) -> Result<Plan, u8> {
     let Some(program) = words.next() else {
         return Err(usage("missing command: give it after --, as in: leaderrun --lock NAME -- ./job.sh".into()));
     };
-    let timing = Timing::new(args.ttl, args.renew_every, args.kill_after, args.min_hold, args.wait)
-        .map_err(|e| usage(e.to_string()))?;
+    let spec = store_spec(&args.common).map_err(usage)?;
+    let requested = Requested {
+        ttl: args.ttl,
+        renew_every: args.renew_every,
+        kill_after: args.kill_after,
+        min_hold: args.min_hold,
+        server_skew: if spec.expiry_on_server_wall_clock() { args.server_clock_skew } else { Duration::ZERO },
+        waiting: args.wait,
+    };
+    let timing = requested.timing().map_err(|e| usage(e.to_string()))?;
     validate_timeout(args.timeout).map_err(|e| usage(e.to_string()))?;
     if args.timeout.is_some() && !args.wait {
         return Err(usage("--timeout only applies with --wait (one-shot mode never waits)".into()));
     }
-    let identity = match args.identity {
+    let (identity, unique_identity) = match args.identity {
         Some(identity) => {
             if identity.trim().is_empty() || identity.chars().any(char::is_control) || identity.chars().count() > 255 {
                 return Err(usage("--identity must be 1-255 characters without control characters".into()));
             }
-            identity
+            (identity, false)
         }
-        None => default_identity(),
+        None => (default_identity(), true),
     };
-    let spec = store_spec(&args.common).map_err(usage)?;
     let command = CommandSpec::resolve(program, words.collect()).map_err(|e| fail(e.status(), e))?;
-    let mode = if args.wait { Mode::Wait { timeout: args.timeout } } else { Mode::OneShot };
+    let mode = if args.wait { Mode::Wait { until: args.timeout.map(|t| started + t) } } else { Mode::OneShot };
     Ok(Plan {
-        election: Election { lock, identity, timing, mode, stop: args.signal },
+        election: Election { lock, identity, unique_identity, timing, mode, stop: args.signal },
+        requested,
         command,
         spec,
         conflict_exit_code: args.conflict_exit_code,
@@ -109,27 +125,27 @@ fn default_identity() -> String {
     format!("{host}:{}:{:06x}", std::process::id(), suffix & 0xff_ffff)
 }
 
-async fn run(args: RunArgs) -> u8 {
+async fn run(args: RunArgs) -> anyhow::Result<u8> {
     logging::init(&args.common);
-    let plan = match plan(args) {
+    let clock: Arc<dyn Clock> = Arc::new(BootClock);
+    let mut plan = match plan(args, clock.now()) {
         Ok(plan) => plan,
-        Err(code) => return code,
+        Err(code) => return Ok(code),
     };
     // Signals first: one that arrives while the store is being opened ends the wait too.
-    let signals = match relay_signals() {
-        Ok(signals) => signals,
-        Err(err) => return fail(exit::INTERNAL, format!("cannot install signal handlers: {err}")),
-    };
-    let mut signals = signals;
-    let store: Arc<dyn Store> = match open_store(&plan, &mut signals).await {
+    let mut signals = relay_signals().context("cannot install signal handlers")?;
+    let store: Arc<dyn Store> = match open_store(&plan, &*clock, &mut signals).await {
         Ok(store) => store,
-        Err(code) => return code,
+        Err(code) => return Ok(code),
     };
+    if let Err(code) = fit_to_store(&mut plan, &*store).await {
+        return Ok(code);
+    }
     let timing = plan.election.timing;
     let mut child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after);
     let lock = plan.election.lock.clone();
-    let elector = Elector::new(store, Arc::new(BootClock), plan.election, signals);
-    match elector.run(&mut child).await {
+    let elector = Elector::new(store, clock, plan.election, signals);
+    Ok(match elector.run(&mut child).await {
         Outcome::Exited(exit) => exit.status(),
         Outcome::Conflict(record) => {
             match record.and_then(|r| r.holder) {
@@ -150,29 +166,64 @@ async fn run(args: RunArgs) -> u8 {
         }
         Outcome::StoreFailed(err) => fail(exit::STORE_UNAVAILABLE, err),
         Outcome::StartFailed(err) => fail(err.status(), err),
+    })
+}
+
+/// Without --ttl, a store that keeps leases for less than the default (a ZooKeeper server's
+/// maxSessionTimeout, a NATS bucket's max age) gets the longest ttl that fits, with the other
+/// defaults scaled to it. An explicit --ttl is left for the store to accept or refuse.
+async fn fit_to_store(plan: &mut Plan, store: &dyn Store) -> Result<(), u8> {
+    if plan.requested.ttl.is_some() {
+        return Ok(());
     }
+    let asked = tokio::time::timeout(plan.election.timing.request_timeout(), store.longest_ttl()).await;
+    let longest = match asked {
+        Ok(Ok(longest)) => longest,
+        Ok(Err(err)) => return Err(fail(exit::STORE_UNAVAILABLE, err)),
+        Err(_) => return Err(fail(exit::STORE_UNAVAILABLE, "the store did not say how long a lease it keeps")),
+    };
+    let Some(fitted) = longest.and_then(|longest| plan.requested.fit(longest)) else {
+        return Ok(());
+    };
+    let timing = fitted.map_err(|e| fail(exit::USAGE, e))?;
+    tracing::info!(
+        ttl = %humantime::format_duration(timing.ttl),
+        renew_every = %humantime::format_duration(timing.renew_every),
+        kill_after = %humantime::format_duration(timing.kill_after),
+        "the store keeps leases for less than the default --ttl: using the longest that fits"
+    );
+    plan.election.timing = timing;
+    Ok(())
 }
 
 /// Open the store. One-shot runs give up at the first failure; `--wait` runs ride out a
 /// store that is not reachable yet (a worker started before its database), until
-/// `--timeout` or a signal.
-async fn open_store(plan: &Plan, signals: &mut mpsc::UnboundedReceiver<Signal>) -> Result<Arc<dyn Store>, u8> {
-    let give_up = match plan.election.mode {
-        Mode::Wait { timeout } => timeout.map(|t| tokio::time::Instant::now() + t),
-        Mode::OneShot => {
-            return url::open(&plan.spec, Access::Create)
-                .await
-                .map(Arc::from)
-                .map_err(|e| fail(exit::STORE_UNAVAILABLE, e))
-        }
+/// the end of the whole wait (--timeout) or a signal.
+async fn open_store(
+    plan: &Plan,
+    clock: &dyn Clock,
+    signals: &mut mpsc::UnboundedReceiver<Signal>,
+) -> Result<Arc<dyn Store>, u8> {
+    let Mode::Wait { until: give_up } = plan.election.mode else {
+        return url::open(&plan.spec, Access::Create)
+            .await
+            .map(Arc::from)
+            .map_err(|e| fail(exit::STORE_UNAVAILABLE, e));
     };
+    let left = || give_up.map(|t| t.saturating_sub(clock.now()));
     for attempt in 0u64.. {
-        let err = match url::open(&plan.spec, Access::Create).await {
-            Ok(store) => return Ok(Arc::from(store)),
-            Err(err) if err.is_transient() => err,
-            Err(err) => return Err(fail(exit::STORE_UNAVAILABLE, err)),
+        // One attempt may not outlast the wait either (a connect that hangs).
+        let opened = match left() {
+            Some(left) => tokio::time::timeout(left, url::open(&plan.spec, Access::Create)).await,
+            None => Ok(url::open(&plan.spec, Access::Create).await),
         };
-        if give_up.is_some_and(|t| tokio::time::Instant::now() >= t) {
+        let err = match opened {
+            Ok(Ok(store)) => return Ok(Arc::from(store)),
+            Ok(Err(err)) if err.is_transient() => err,
+            Ok(Err(err)) => return Err(fail(exit::STORE_UNAVAILABLE, err)),
+            Err(_) => crate::store::StoreError::unavailable("the store could not be opened within --timeout"),
+        };
+        if left().is_some_and(|left| left.is_zero()) {
             return Err(fail(exit::STORE_UNAVAILABLE, err));
         }
         if attempt == 0 {
@@ -180,8 +231,9 @@ async fn open_store(plan: &Plan, signals: &mut mpsc::UnboundedReceiver<Signal>) 
         } else {
             tracing::debug!("still cannot reach the store: {err}");
         }
+        let pause = left().map_or(Duration::from_secs(1), |left| left.min(Duration::from_secs(1)));
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = tokio::time::sleep(pause) => {}
             Some(signal) = signals.recv() => return Err(exit::for_signal(signal as i32)),
         }
     }
@@ -206,111 +258,110 @@ fn relay_signals() -> std::io::Result<mpsc::UnboundedReceiver<Signal>> {
     Ok(rx)
 }
 
-async fn status(common: &CommonArgs, lock: &str, json: bool) -> u8 {
-    let store = match open_for_reading(common, Some(lock)).await {
-        Ok(store) => store,
-        Err(code) => return code,
-    };
-    let record = match store.status(lock).await {
-        Ok(record) => record,
-        Err(err) => return fail(exit::STORE_UNAVAILABLE, err),
-    };
-    if json {
-        println!("{}", serde_json::to_string(&Shown::from(&record)).unwrap_or_default());
-    } else {
-        print_record(&record);
-    }
-    if record.is_held() {
-        0
-    } else {
-        exit::NOT_HELD
+/// Write a command's output in one go. A reader that went away (`leaderrun list | head -1`)
+/// ends it quietly: the command's status is still its own. Any other failure is reported.
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to standard output"),
     }
 }
 
-async fn list(common: &CommonArgs, json: bool) -> u8 {
+async fn status(common: &CommonArgs, lock: &str, json: bool) -> anyhow::Result<u8> {
+    let store = match open_for_reading(common, Some(lock)).await {
+        Ok(store) => store,
+        Err(code) => return Ok(code),
+    };
+    let record = match store.status(lock).await {
+        Ok(record) => record,
+        Err(err) => return Ok(fail(exit::STORE_UNAVAILABLE, err)),
+    };
+    if json {
+        print(&format!("{}\n", serde_json::to_string(&Shown::from(&record))?))?;
+    } else {
+        print(&show_record(&record))?;
+    }
+    Ok(if record.is_held() { 0 } else { exit::NOT_HELD })
+}
+
+async fn list(common: &CommonArgs, json: bool) -> anyhow::Result<u8> {
     let store = match open_for_reading(common, None).await {
         Ok(store) => store,
-        Err(code) => return code,
+        Err(code) => return Ok(code),
     };
     let records = match store.list().await {
         Ok(records) => records,
-        Err(err) => return fail(exit::STORE_UNAVAILABLE, err),
+        Err(err) => return Ok(fail(exit::STORE_UNAVAILABLE, err)),
     };
+    let mut text = String::new();
     if json {
         let shown: Vec<Shown> = records.iter().map(Shown::from).collect();
-        println!("{}", serde_json::to_string(&shown).unwrap_or_default());
+        text = format!("{}\n", serde_json::to_string(&shown)?);
     } else if !records.is_empty() {
-        println!("{:<30} {:<5} {:>8} {:>11}  HOLDER", "LOCK", "STATE", "TOKEN", "EXPIRES IN");
+        text.push_str(&format!("{:<30} {:<5} {:>8} {:>11}  HOLDER\n", "LOCK", "STATE", "TOKEN", "EXPIRES IN"));
         for r in &records {
-            println!(
-                "{:<30} {:<5} {:>8} {:>11}  {}",
+            text.push_str(&format!(
+                "{:<30} {:<5} {:>8} {:>11}  {}\n",
                 r.lock,
                 if r.is_held() { "held" } else { "free" },
                 r.token,
                 r.expires_in.map(short).unwrap_or_else(|| "-".into()),
                 r.holder.as_deref().unwrap_or("-")
-            );
+            ));
         }
     }
-    0
+    print(&text)?;
+    Ok(0)
 }
 
-async fn release(common: &CommonArgs, lock: &str, json: bool) -> u8 {
+async fn release(common: &CommonArgs, lock: &str, json: bool) -> anyhow::Result<u8> {
     let store = match open_for_reading(common, Some(lock)).await {
         Ok(store) => store,
-        Err(code) => return code,
+        Err(code) => return Ok(code),
     };
     let before = match store.revoke(lock).await {
         Ok(before) => before,
-        Err(err) => return fail(exit::STORE_UNAVAILABLE, err),
+        Err(err) => return Ok(fail(exit::STORE_UNAVAILABLE, err)),
     };
-    if json {
+    let text = if json {
         let out = serde_json::json!({
             "lock": lock,
             "release_requested": before.is_some(),
             "holder": before.as_ref().and_then(|r| r.holder.clone()),
             "token": before.as_ref().map(|r| r.token),
         });
-        println!("{out}");
+        format!("{out}\n")
     } else {
         match &before {
-            Some(r) => println!(
+            Some(r) => format!(
                 "asked {} (token {}) to release {lock:?}: it stops its child at its next renewal, then frees the lock \
-                 (at the latest when its lease expires, in {})",
+                 (at the latest when its lease expires, in {}); a lock only kept for --min-hold is free now\n",
                 r.holder.as_deref().unwrap_or("-"),
                 r.token,
                 r.expires_in.map(short).unwrap_or_else(|| "-".into()),
             ),
-            None => println!("{lock:?} was not held"),
+            None => format!("{lock:?} was not held\n"),
         }
-    }
-    if before.is_some() {
-        0
-    } else {
-        exit::NOT_HELD
-    }
+    };
+    print(&text)?;
+    Ok(if before.is_some() { 0 } else { exit::NOT_HELD })
 }
 
-async fn init(common: &CommonArgs, print_sql: bool) -> u8 {
+async fn init(common: &CommonArgs, print_sql: bool) -> anyhow::Result<u8> {
     let spec = match store_spec(common) {
         Ok(spec) => spec,
-        Err(err) => return fail(exit::USAGE, err),
+        Err(err) => return Ok(fail(exit::USAGE, err)),
     };
     if print_sql {
         return match url::schema_sql(&spec) {
-            Ok(sql) => {
-                println!("{sql};");
-                0
-            }
-            Err(err) => fail(exit::USAGE, err),
+            Ok(sql) => print(&format!("{sql};\n")).map(|()| 0),
+            Err(err) => Ok(fail(exit::USAGE, err)),
         };
     }
     match url::open(&spec, Access::Create).await {
-        Ok(_) => {
-            println!("the store is ready: {}", url::describe(&spec));
-            0
-        }
-        Err(err) => fail(exit::STORE_UNAVAILABLE, err),
+        Ok(_) => print(&format!("the store is ready: {}\n", url::describe(&spec))).map(|()| 0),
+        Err(err) => Ok(fail(exit::STORE_UNAVAILABLE, err)),
     }
 }
 
@@ -344,29 +395,28 @@ fn short(d: Duration) -> String {
     humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }
 
-fn print_record(r: &LockRecord) {
-    println!("lock:        {}", r.lock);
-    println!(
-        "state:       {}",
-        match (r.is_held(), r.revoked) {
-            (true, true) => "held (asked to release by leaderrun release)",
-            (true, false) => "held",
-            _ => "free",
-        }
-    );
+fn show_record(r: &LockRecord) -> String {
+    let mut text = format!("lock:        {}\n", r.lock);
+    let state = match (r.is_held(), r.revoked) {
+        (true, true) => "held (asked to release by leaderrun release)",
+        (true, false) => "held",
+        _ => "free",
+    };
+    text.push_str(&format!("state:       {state}\n"));
     if let Some(holder) = &r.holder {
-        println!("holder:      {holder}");
+        text.push_str(&format!("holder:      {holder}\n"));
     }
-    println!("token:       {}", r.token);
+    text.push_str(&format!("token:       {}\n", r.token));
     if let Some(since) = r.held_since {
         let ago = SystemTime::now().duration_since(since).unwrap_or_default();
-        println!(
-            "held since:  {} ({} ago)",
+        text.push_str(&format!(
+            "held since:  {} ({} ago)\n",
             humantime::format_rfc3339_seconds(since),
             short(Duration::from_secs(ago.as_secs()))
-        );
+        ));
     }
     if let Some(left) = r.expires_in {
-        println!("expires in:  {}", short(left));
+        text.push_str(&format!("expires in:  {}\n", short(left)));
     }
+    text
 }

@@ -2,9 +2,11 @@
 //!
 //! The holder reads its clock just BEFORE it sends an acquire or renew request
 //! (`sent`); only a confirmed success moves its local deadline to
-//! `sent + ttl·(1 − 2ρ) − margin`. The child's process group gets the stop signal
+//! `sent + ttl·(1 − 2ρ) − margin − skew`. The child's process group gets the stop signal
 //! at `deadline − kill_after` and SIGKILL at `deadline`. For that to leave room
-//! for a renewal that fails once, `ttl·(1 − 2ρ) − margin > renew_every + kill_after`.
+//! for a renewal that fails once, `ttl·(1 − 2ρ) − margin − skew > renew_every + kill_after`,
+//! where `skew` is how far the wall clocks of a store's servers may differ, for stores that
+//! judge expiry on them (a failover to a server whose clock runs ahead ends leases early).
 
 use std::time::Duration;
 
@@ -24,6 +26,65 @@ pub const MAX_LONG: Duration = Duration::from_secs(31 * 24 * 3600);
 /// Default --min-hold in one-shot mode.
 pub const ONE_SHOT_MIN_HOLD: Duration = Duration::from_secs(10);
 
+/// Default --ttl, when the store allows it (a store may cap it: see `Requested::fit`).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+
+/// Longest default --kill-after; shorter ttls get a third of the ttl.
+pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// Default --server-clock-skew: how far apart the wall clocks of a store's servers that
+/// may replace each other (a primary and the replica promoted after a failover) may be.
+/// NTP keeps servers within milliseconds; half a second also covers a poorly synced one.
+pub const DEFAULT_SERVER_SKEW: Duration = Duration::from_millis(500);
+
+/// The timing flags as the user gave them (`None`: not given, a default applies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requested {
+    pub ttl: Option<Duration>,
+    pub renew_every: Option<Duration>,
+    pub kill_after: Option<Duration>,
+    pub min_hold: Option<Duration>,
+    /// --server-clock-skew; counted only for stores that judge expiry on their servers'
+    /// wall clocks (zero for the others).
+    pub server_skew: Duration,
+    /// --wait (min-hold defaults to 0 then).
+    pub waiting: bool,
+}
+
+impl Requested {
+    /// The timings, with defaults scaled to the ttl: --renew-every a third of it,
+    /// --kill-after a third of it up to 5 s.
+    pub fn timing(&self) -> Result<Timing, TimingError> {
+        self.with_ttl(self.ttl.unwrap_or(DEFAULT_TTL))
+    }
+
+    /// The timings for a store that keeps leases of at most `longest`. Without --ttl the
+    /// longest ttl up to the default that fits is used (`Some`); an explicit --ttl is left
+    /// for the store to judge (`None`: keep `timing()`).
+    pub fn fit(&self, longest: Duration) -> Option<Result<Timing, TimingError>> {
+        if self.ttl.is_some() || longest >= DEFAULT_TTL {
+            return None;
+        }
+        // Whole milliseconds, rounded down: "the longest that fits" must still fit.
+        let ttl = Duration::from_millis(longest.as_millis() as u64);
+        Some(self.with_ttl(ttl).map_err(|e| {
+            TimingError(format!(
+                "the store keeps leases of at most {}, too short for leaderrun's timing rule: {e}",
+                show(longest)
+            ))
+        }))
+    }
+
+    fn with_ttl(&self, ttl: Duration) -> Result<Timing, TimingError> {
+        let renew_every = self.renew_every.unwrap_or(ttl / 3);
+        let kill_after = self.kill_after.unwrap_or((ttl / 3).min(DEFAULT_KILL_AFTER));
+        let min_hold = self.min_hold.unwrap_or(if self.waiting { Duration::ZERO } else { ONE_SHOT_MIN_HOLD });
+        let timing = Timing { ttl, renew_every, kill_after, min_hold, server_skew: self.server_skew };
+        timing.validate(self)?;
+        Ok(timing)
+    }
+}
+
 /// The validated timings of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
@@ -31,6 +92,9 @@ pub struct Timing {
     pub renew_every: Duration,
     pub kill_after: Duration,
     pub min_hold: Duration,
+    /// How far the store's servers' wall clocks may differ (zero where expiry is not judged
+    /// on them): a failover can bring the lease's expiry that much closer.
+    pub server_skew: Duration,
 }
 
 /// A timing rule that broke, worded for the user.
@@ -44,23 +108,9 @@ fn show(d: Duration) -> String {
 }
 
 impl Timing {
-    /// Build and check the timings. `renew_every` defaults to ttl/3 and `min_hold`
-    /// to 10 s one-shot, 0 with --wait.
-    pub fn new(
-        ttl: Duration,
-        renew_every: Option<Duration>,
-        kill_after: Duration,
-        min_hold: Option<Duration>,
-        waiting: bool,
-    ) -> Result<Self, TimingError> {
-        let renew_every = renew_every.unwrap_or(ttl / 3);
-        let min_hold = min_hold.unwrap_or(if waiting { Duration::ZERO } else { ONE_SHOT_MIN_HOLD });
-        let timing = Self { ttl, renew_every, kill_after, min_hold };
-        timing.validate()?;
-        Ok(timing)
-    }
-
-    fn validate(&self) -> Result<(), TimingError> {
+    /// Check the rules; `asked` says which values the user gave, so that a message about a
+    /// default names the flag that would change it.
+    fn validate(&self, asked: &Requested) -> Result<(), TimingError> {
         let fail = |msg: String| Err(TimingError(msg));
         for (flag, value) in
             [("--ttl", self.ttl), ("--renew-every", self.renew_every), ("--kill-after", self.kill_after)]
@@ -79,6 +129,13 @@ impl Timing {
                 show(MAX_LONG)
             ));
         }
+        if self.server_skew >= self.ttl {
+            return fail(format!(
+                "--server-clock-skew ({}) must be shorter than --ttl ({})",
+                show(self.server_skew),
+                show(self.ttl)
+            ));
+        }
         if self.renew_every >= self.ttl {
             return fail(format!(
                 "--renew-every ({}) must be shorter than --ttl ({})",
@@ -88,21 +145,31 @@ impl Timing {
         }
         let needed = self.renew_every + self.kill_after;
         if self.safe_lease() <= needed {
+            let given = |v: Option<Duration>| if v.is_some() { "" } else { ", the default" };
+            let skew = if self.server_skew.is_zero() {
+                String::new()
+            } else {
+                format!(" - {} --server-clock-skew", show(self.server_skew))
+            };
             return fail(format!(
-                "--ttl {} is too short: ttl x (1 - 2 x {CLOCK_DRIFT} clock drift) - {} margin must exceed \
-                 --renew-every ({}) + --kill-after ({}); raise --ttl or lower the others",
+                "--ttl {} is too short: ttl x (1 - 2 x {CLOCK_DRIFT} clock drift) - {} margin{skew} must exceed \
+                 --renew-every ({}{}) + --kill-after ({}{}); raise --ttl or lower the others",
                 show(self.ttl),
                 show(MARGIN),
                 show(self.renew_every),
+                given(asked.renew_every),
                 show(self.kill_after),
+                given(asked.kill_after),
             ));
         }
         Ok(())
     }
 
-    /// How long after a request was SENT its confirmed success keeps the lease safe locally.
+    /// How long after a request was SENT its confirmed success keeps the lease safe locally:
+    /// the ttl shortened for clock drift, the margin, and how far a failover may move the
+    /// servers' clock.
     pub fn safe_lease(&self) -> Duration {
-        self.ttl.mul_f64(1.0 - 2.0 * CLOCK_DRIFT).saturating_sub(MARGIN)
+        self.ttl.mul_f64(1.0 - 2.0 * CLOCK_DRIFT).saturating_sub(MARGIN).saturating_sub(self.server_skew)
     }
 
     /// The local deadline earned by a request sent at `sent` that succeeded.
@@ -115,13 +182,22 @@ impl Timing {
         deadline.saturating_sub(self.kill_after)
     }
 
-    /// How long one acquire or renew request may take before it counts as failed (it is then
-    /// retried; the deadline it would have moved stays where it was).
+    /// How long an acquire or release may take before it counts as failed. An acquire that
+    /// answers later could not leave the child its time anyway.
     pub fn request_timeout(&self) -> Duration {
         self.renew_every
     }
 
-    /// Pause before retrying a failed renewal.
+    /// How long one renewal attempt may take: half the time between the renewal and the stop
+    /// signal, so that a request that hangs (a half-open connection, a database failover)
+    /// still leaves time for a second attempt before the child must be stopped.
+    pub fn renew_timeout(&self) -> Duration {
+        let window = self.safe_lease().saturating_sub(self.renew_every + self.kill_after);
+        (window / 2).max(Duration::from_millis(1))
+    }
+
+    /// Pause before retrying a renewal that failed at once (one that timed out is retried
+    /// at once: it has waited already).
     pub fn retry_every(&self) -> Duration {
         (self.renew_every / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
     }
@@ -145,51 +221,117 @@ mod tests {
         Duration::from_secs_f64(secs)
     }
 
-    #[test]
-    fn defaults_are_valid() {
-        let t = Timing::new(s(15.0), None, s(5.0), None, false).unwrap();
-        assert_eq!(t.renew_every, s(5.0));
-        assert_eq!(t.min_hold, ONE_SHOT_MIN_HOLD);
-        let t = Timing::new(s(15.0), None, s(5.0), None, true).unwrap();
-        assert_eq!(t.min_hold, Duration::ZERO);
+    fn asked(ttl: Option<f64>, renew: Option<f64>, kill: Option<f64>) -> Requested {
+        Requested {
+            ttl: ttl.map(s),
+            renew_every: renew.map(s),
+            kill_after: kill.map(s),
+            min_hold: None,
+            server_skew: Duration::ZERO,
+            waiting: true,
+        }
+    }
+
+    fn timing(ttl: f64, renew: Option<f64>, kill: f64) -> Result<Timing, TimingError> {
+        asked(Some(ttl), renew, Some(kill)).timing()
     }
 
     #[test]
-    fn deadline_is_anchored_at_send_and_shortened_for_drift_and_margin() {
-        let t = Timing::new(s(10.0), None, s(1.0), None, true).unwrap();
+    fn defaults_are_valid() {
+        let t = Requested { waiting: false, ..asked(None, None, None) }.timing().unwrap();
+        assert_eq!((t.ttl, t.renew_every, t.kill_after), (s(15.0), s(5.0), s(5.0)));
+        assert_eq!(t.min_hold, ONE_SHOT_MIN_HOLD);
+        let t = asked(None, None, None).timing().unwrap();
+        assert_eq!(t.min_hold, Duration::ZERO);
+        let t = Requested { server_skew: DEFAULT_SERVER_SKEW, ..asked(None, None, None) }.timing().unwrap();
+        assert_eq!(t.server_skew, DEFAULT_SERVER_SKEW);
+    }
+
+    #[test]
+    fn defaults_scale_with_a_short_ttl() {
+        // Only --ttl given: --renew-every and --kill-after follow it.
+        for ttl in [2.0, 5.0, 9.0] {
+            let t = Requested { server_skew: DEFAULT_SERVER_SKEW, ..asked(Some(ttl), None, None) }
+                .timing()
+                .unwrap_or_else(|e| panic!("--ttl {ttl}s alone: {e}"));
+            assert_eq!((t.renew_every, t.kill_after), (s(ttl) / 3, s(ttl) / 3));
+        }
+        let t = asked(Some(60.0), None, None).timing().unwrap();
+        assert_eq!((t.renew_every, t.kill_after), (s(20.0), DEFAULT_KILL_AFTER));
+        // An explicit value that breaks the rule is still refused, and named as the user's.
+        let err = asked(Some(5.0), None, Some(5.0)).timing().unwrap_err();
+        assert!(err.0.contains("--ttl 5s is too short") && err.0.contains("--kill-after (5s)"), "{err}");
+        assert!(err.0.contains("--renew-every (1s 666ms, the default)"), "{err}");
+    }
+
+    #[test]
+    fn a_store_limit_caps_the_default_ttl_only() {
+        let req = asked(None, None, None);
+        let t = req.fit(s(7.6)).expect("capped").unwrap();
+        assert_eq!((t.ttl, t.kill_after), (s(7.6), s(7.6) / 3));
+        assert!(req.fit(s(15.0)).is_none() && req.fit(s(3600.0)).is_none());
+        assert!(asked(Some(20.0), None, None).fit(s(7.6)).is_none(), "an explicit --ttl is the store's to refuse");
+        let err = req.fit(s(0.2)).expect("capped").unwrap_err();
+        assert!(err.0.contains("the store keeps leases of at most 200ms"), "{err}");
+    }
+
+    #[test]
+    fn deadline_is_anchored_at_send_and_shortened_for_drift_margin_and_skew() {
+        let t = timing(10.0, None, 1.0).unwrap();
         assert_eq!(t.deadline_after(s(100.0)), s(100.0) + s(9.8) - MARGIN);
         assert_eq!(t.stop_at(t.deadline_after(s(100.0))), s(100.0) + s(8.8) - MARGIN);
+        let skewed = Requested { server_skew: s(0.5), ..asked(Some(10.0), None, Some(1.0)) }.timing().unwrap();
+        assert_eq!(skewed.safe_lease(), t.safe_lease() - s(0.5));
+    }
+
+    #[test]
+    fn a_skew_counts_in_the_rule() {
+        assert!(timing(3.0, Some(1.0), 1.5).is_ok());
+        let err = Requested { server_skew: s(0.5), ..asked(Some(3.0), Some(1.0), Some(1.5)) }.timing().unwrap_err();
+        assert!(err.0.contains("500ms --server-clock-skew"), "{err}");
+        let err = Requested { server_skew: s(3.0), ..asked(Some(3.0), None, None) }.timing().unwrap_err();
+        assert!(err.0.contains("--server-clock-skew (3s) must be shorter than --ttl"), "{err}");
+    }
+
+    #[test]
+    fn two_renewal_attempts_fit_before_the_stop_signal() {
+        for (ttl, renew, kill) in [(15.0, None, 5.0), (2.0, Some(0.5), 0.5), (3.0, Some(1.0), 1.0), (60.0, None, 1.0)] {
+            let t = timing(ttl, renew, kill).unwrap();
+            let first = t.renew_every; // after the acquire was sent
+            let stop = t.stop_at(t.deadline_after(Duration::ZERO));
+            assert!(first + 2 * t.renew_timeout() <= stop, "{t:?}: {:?}", t.renew_timeout());
+        }
     }
 
     #[test]
     fn refuses_zero_values() {
         for (ttl, renew, kill) in [(0.0, 1.0, 1.0), (10.0, 0.0, 1.0), (10.0, 1.0, 0.0)] {
-            let err = Timing::new(s(ttl), Some(s(renew)), s(kill), None, true).unwrap_err();
+            let err = timing(ttl, Some(renew), kill).unwrap_err();
             assert!(err.0.contains("must be positive"), "{err}");
         }
     }
 
     #[test]
     fn refuses_ttl_too_short_for_renew_and_grace() {
-        let err = Timing::new(s(5.0), None, s(5.0), None, true).unwrap_err();
+        let err = timing(5.0, None, 5.0).unwrap_err();
         assert!(err.0.contains("--ttl 5s is too short"), "{err}");
-        assert!(err.0.contains("--kill-after (5s)"), "{err}");
         // Exactly at the boundary is refused too.
-        let t = Timing::new(s(10.0), Some(s(4.0)), s(1.0), None, true).unwrap();
-        let boundary = t.safe_lease() - s(4.0);
-        assert!(Timing::new(s(10.0), Some(s(4.0)), boundary, None, true).is_err());
+        let t = timing(10.0, Some(4.0), 1.0).unwrap();
+        let boundary = (t.safe_lease() - s(4.0)).as_secs_f64();
+        assert!(timing(10.0, Some(4.0), boundary).is_err());
     }
 
     #[test]
     fn refuses_renew_not_shorter_than_ttl() {
-        let err = Timing::new(s(10.0), Some(s(10.0)), s(1.0), None, true).unwrap_err();
+        let err = timing(10.0, Some(10.0), 1.0).unwrap_err();
         assert!(err.0.contains("--renew-every (10s) must be shorter than --ttl (10s)"), "{err}");
     }
 
     #[test]
     fn refuses_absurd_lengths() {
-        assert!(Timing::new(s(200_000.0), None, s(1.0), None, true).unwrap_err().0.contains("maximum"));
-        assert!(Timing::new(s(15.0), None, s(1.0), Some(s(1e8)), true).unwrap_err().0.contains("--min-hold"));
+        assert!(timing(200_000.0, None, 1.0).unwrap_err().0.contains("maximum"));
+        let long_hold = Requested { min_hold: Some(s(1e8)), ..asked(Some(15.0), None, Some(1.0)) };
+        assert!(long_hold.timing().unwrap_err().0.contains("--min-hold"));
         assert!(validate_timeout(Some(s(1e8))).is_err());
         assert!(validate_timeout(Some(s(60.0))).is_ok());
     }

@@ -137,15 +137,34 @@ fn setup() -> Setup {
 
 /// ttl 10 s, renew every 2 s, kill after 1 s: safe lease 9.8 s − margin.
 fn timing(min_hold: Duration) -> Timing {
-    Timing::new(secs(10.0), Some(secs(2.0)), secs(1.0), Some(min_hold), true).unwrap()
+    timing_of(secs(10.0), secs(2.0), secs(1.0), min_hold)
+}
+
+fn timing_of(ttl: Duration, renew_every: Duration, kill_after: Duration, min_hold: Duration) -> Timing {
+    crate::timing::Requested {
+        ttl: Some(ttl),
+        renew_every: Some(renew_every),
+        kill_after: Some(kill_after),
+        min_hold: Some(min_hold),
+        server_skew: Duration::ZERO,
+        waiting: true,
+    }
+    .timing()
+    .unwrap()
 }
 
 impl Setup {
     fn elector(&mut self, identity: &str, mode: Mode, min_hold: Duration) -> Elector {
+        self.elector_with(identity, mode, timing(min_hold))
+    }
+
+    /// With leaderrun's own kind of identity (unique), unless `identity` starts with "chosen".
+    fn elector_with(&mut self, identity: &str, mode: Mode, timing: Timing) -> Elector {
         let election = Election {
             lock: LOCK.into(),
             identity: identity.into(),
-            timing: timing(min_hold),
+            unique_identity: !identity.starts_with("chosen"),
+            timing,
             mode,
             stop: Signal::SIGTERM,
         };
@@ -200,7 +219,7 @@ async fn one_shot_store_failure_is_reported_before_anything_runs() {
 async fn wait_mode_releases_at_once_on_a_clean_exit() {
     let mut s = setup();
     let mut child = s.recorder(Some(secs(5.0)), true);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     assert_eq!(s.store.expiry(LOCK), None, "the lease must be free at once");
     // Renewed at 2 s and 4 s, each deadline anchored at its send time.
@@ -213,7 +232,7 @@ async fn deadline_is_anchored_at_send_time_not_at_the_answer() {
     // Every renewal is applied at once but answered 1.5 s later.
     s.store.set_renew(Behaviour::Late(secs(1.5)));
     let mut child = s.recorder(Some(secs(7.0)), true);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     let extends = child.extends();
     assert!(!extends.is_empty());
@@ -229,7 +248,7 @@ async fn failing_renewals_never_move_the_deadline_and_the_child_is_stopped_then_
     s.store.set_renew(Behaviour::Fail);
     // A child that ignores the stop signal: only SIGKILL ends it.
     let mut child = s.recorder(None, false);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::LeaseLost { exit: ChildExit::Signal(9), .. }), "{outcome:?}");
     assert!(child.extends().is_empty(), "a failed renewal moved the deadline: {:?}", child.extends());
     let deadline = safe();
@@ -245,7 +264,7 @@ async fn a_hung_renewal_still_stops_at_deadline_minus_grace_and_kills_at_the_dea
     let mut s = setup();
     s.store.set_renew(Behaviour::Hang);
     let mut child = s.recorder(None, false);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::LeaseLost { .. }), "{outcome:?}");
     let deadline = safe();
     assert!(child.extends().is_empty());
@@ -258,7 +277,7 @@ async fn a_child_that_obeys_the_stop_signal_is_not_killed() {
     let mut s = setup();
     s.store.set_renew(Behaviour::Fail);
     let mut child = s.recorder(None, true);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::LeaseLost { exit: ChildExit::Signal(15), .. }), "{outcome:?}");
     assert!(child.kills().is_empty());
 }
@@ -273,7 +292,7 @@ async fn a_renewal_that_recovers_in_time_keeps_the_child_running() {
         store.set_renew(Behaviour::Normal);
     });
     let mut child = s.recorder(Some(secs(12.0)), true);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     assert!(child.signals().is_empty() && child.kills().is_empty(), "{:?}", child.events());
     let (at, deadline) = child.extends()[0];
@@ -309,7 +328,7 @@ async fn a_renewal_answered_after_the_stop_time_is_not_used() {
         *clock.jumped.lock().unwrap() = secs(7.0);
     });
     let mut child = s.recorder(None, false);
-    let run = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child);
+    let run = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child);
     let outcome = tokio::time::timeout(secs(60.0), run).await.expect("the child was never stopped");
     assert!(matches!(outcome, Outcome::LeaseLost { .. }), "{outcome:?}");
     assert!(child.extends().is_empty(), "a renewal confirmed after the stop time moved the deadline");
@@ -327,7 +346,7 @@ async fn a_lost_lease_stops_the_child_at_once() {
         store.steal(LOCK, "thief", secs(10.0));
     });
     let mut child = s.recorder(None, false);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     match &outcome {
         Outcome::LeaseLost { why, .. } => assert!(why.contains("thief"), "{why}"),
         other => panic!("{other:?}"),
@@ -352,7 +371,7 @@ async fn a_revoked_lease_is_seen_at_the_next_renewal_and_freed_once_the_child_is
         seen_tx.send(other).unwrap();
     });
     let mut child = s.recorder(None, false);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     match &outcome {
         Outcome::LeaseLost { why, .. } => assert!(why.contains("leaderrun release"), "{why}"),
         other => panic!("{other:?}"),
@@ -392,7 +411,7 @@ async fn other_signals_are_relayed_without_ending_the_run() {
         signals.send(Signal::SIGUSR1).unwrap();
     });
     let mut child = s.recorder(Some(secs(3.0)), false);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     assert_eq!(child.signals(), vec![(secs(1.0), Signal::SIGHUP), (secs(1.0), Signal::SIGUSR1)]);
     assert!(child.kills().is_empty());
@@ -409,7 +428,7 @@ async fn waiting_ends_on_release_and_the_token_grows() {
         store.free(LOCK);
     });
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(_)), "{outcome:?}");
     match child.events()[0] {
         // Woken by the release notification at 2 s, not by a poll.
@@ -426,7 +445,7 @@ async fn waiting_takes_over_an_expired_lease() {
     let mut s = setup();
     s.store.steal(LOCK, "crashed", secs(10.0));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(_)), "{outcome:?}");
     match child.events()[0] {
         Event::Start { at, .. } => assert!(at >= secs(10.0) && at <= secs(11.0), "{at:?}"),
@@ -440,7 +459,7 @@ async fn wait_timeout_gives_a_conflict() {
     s.store.steal(LOCK, "other", secs(100.0));
     let mut child = s.recorder(Some(secs(1.0)), true);
     let started = s.clock.now();
-    let outcome = s.elector("a", Mode::Wait { timeout: Some(secs(5.0)) }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: Some(secs(5.0)) }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Conflict(_)), "{outcome:?}");
     assert_eq!(s.clock.now() - started, secs(5.0));
     assert!(child.events().is_empty());
@@ -451,7 +470,7 @@ async fn a_wait_that_times_out_on_a_dead_store_reports_the_store_not_a_conflict(
     let mut s = setup();
     s.store.set_acquire(Behaviour::Fail);
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::Wait { timeout: Some(secs(5.0)) }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: Some(secs(5.0)) }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert!(child.events().is_empty());
 }
@@ -466,7 +485,7 @@ async fn a_signal_while_waiting_ends_the_wait_at_once() {
         signals.send(Signal::SIGINT).unwrap();
     });
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Interrupted(Signal::SIGINT)), "{outcome:?}");
     assert_eq!(s.clock.now(), secs(3.0));
     assert!(child.events().is_empty());
@@ -482,7 +501,7 @@ async fn waiting_rides_out_store_errors() {
         store.set_acquire(Behaviour::Normal);
     });
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::Wait { timeout: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(_)), "{outcome:?}");
     match child.events()[0] {
         Event::Start { at, .. } => {
@@ -502,4 +521,68 @@ async fn an_acquire_that_times_out_runs_nothing() {
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert_eq!(s.clock.now(), timing(Duration::ZERO).request_timeout());
     assert!(child.events().is_empty());
+    // The store granted it all the same: the run gave that ghost lease back.
+    assert_eq!(s.store.expiry(LOCK), None, "a ghost lease was left for a whole ttl");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ghost_lease_under_a_chosen_identity_is_left_to_expire() {
+    let mut s = setup();
+    s.store.set_acquire(Behaviour::Late(secs(9.5)));
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = s.elector("chosen-by-user", Mode::OneShot, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
+    // Another run may share a chosen identity: its lease must never be freed by this one.
+    assert!(s.store.expiry(LOCK).is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_finds_its_own_ghost_gives_it_back_and_runs() {
+    let mut s = setup();
+    // The first acquire is granted but its answer never comes in time; later ones answer.
+    s.store.set_acquire(Behaviour::Late(secs(3.0)));
+    let store = s.store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(secs(1.0)).await;
+        store.set_acquire(Behaviour::Normal);
+    });
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = s.elector("a", Mode::Wait { until: Some(secs(60.0)) }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    // It ran long before the ghost's ttl (10 s) would have run out.
+    let started = child.events().iter().find_map(|e| match e {
+        Event::Start { at, .. } => Some(*at),
+        _ => None,
+    });
+    assert!(started.is_some_and(|at| at < secs(5.0)), "{:?}", child.events());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wait_ends_at_its_deadline_however_late_the_campaign_starts() {
+    let mut s = setup();
+    s.store.steal(LOCK, "other", secs(3600.0));
+    // Opening the store took 4 s of a 5 s --timeout: the campaign has 1 s left, not 5.
+    tokio::time::sleep(secs(4.0)).await;
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = s.elector("a", Mode::Wait { until: Some(secs(5.0)) }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Conflict(_)), "{outcome:?}");
+    assert_eq!(s.clock.now(), secs(5.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_hangs_leaves_time_for_a_second_attempt() {
+    let mut s = setup();
+    // ttl 10 s, renew every 3 s, kill after 3 s: the stop signal is due 6.6 s after the acquire.
+    // Timed out only at the next renewal (3 s), a hung first renewal would leave no room.
+    let timing = timing_of(secs(10.0), secs(3.0), secs(3.0), Duration::ZERO);
+    s.store.set_renew(Behaviour::Hang);
+    let store = s.store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(secs(3.5)).await; // the first renewal (at 3 s) is hanging by now
+        store.set_renew(Behaviour::Normal);
+    });
+    let mut child = s.recorder(Some(secs(12.0)), true);
+    let outcome = s.elector_with("a", Mode::Wait { until: None }, timing).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    assert!(child.signals().is_empty(), "stopped: {:?}", child.events());
 }

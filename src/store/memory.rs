@@ -21,6 +21,8 @@ struct Row {
     acquired: Duration,
     expires: Duration,
     revoked: bool,
+    /// Released with a keep (--min-hold): no child runs under it.
+    kept: bool,
 }
 
 /// How the store answers renewals.
@@ -75,6 +77,7 @@ impl MemoryStore {
             acquired: now,
             expires: now,
             revoked: false,
+            kept: false,
         });
         *row = Row {
             holder: Some(holder.to_string()),
@@ -82,6 +85,7 @@ impl MemoryStore {
             acquired: now,
             expires: now + ttl,
             revoked: false,
+            kept: false,
         };
     }
 
@@ -157,6 +161,7 @@ impl Store for MemoryStore {
                         acquired: now,
                         expires: now + ttl,
                         revoked: false,
+                        kept: false,
                     },
                 );
                 Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token })
@@ -200,6 +205,7 @@ impl Store for MemoryStore {
             if row.token == lease.token && row.holder.as_deref() == Some(&lease.identity) {
                 if row.acquired + keep > now {
                     row.expires = row.acquired + keep;
+                    row.kept = true;
                 } else {
                     row.holder = None;
                     row.expires = Duration::ZERO;
@@ -225,7 +231,12 @@ impl Store for MemoryStore {
         let mut rows = self.rows.lock().unwrap();
         let before = self.record(lock, rows.get(lock));
         if let Some(row) = rows.get_mut(lock).filter(|_| before.is_held()) {
-            row.revoked = true;
+            if row.kept {
+                row.holder = None;
+                row.expires = Duration::ZERO;
+            } else {
+                row.revoked = true;
+            }
         }
         Ok(before.is_held().then_some(before))
     }

@@ -132,9 +132,7 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         other if ALL_SCHEMES.contains(&other) => {
             return Err(format!("--store: this build of leaderrun has no {other}:// store (its cargo feature is off)"))
         }
-        other => {
-            return Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", ")))
-        }
+        other => return Err(format!("--store: unknown scheme {other:?} (this build knows: {})", SCHEMES.join(", "))),
     };
     // A store's parser gives a bare reason; the flag and the URL (without its password) are named here.
     parsed.map_err(|why| format!("--store {shown:?}: {why}"))
@@ -428,7 +426,9 @@ mod tests {
         assert_eq!(p("sqlite:///a/b.db"), ("/a/b.db".into(), false));
         assert_eq!(p("sqlite://rel/b.db"), ("rel/b.db".into(), false));
         assert_eq!(p("sqlite:b.db"), ("b.db".into(), false));
-        assert!(matches!(parse(None, no_state).unwrap(), StoreSpec::Sqlite { path, default: true } if path == PathBuf::from("/state/leaderrun.db")));
+        assert!(
+            matches!(parse(None, no_state).unwrap(), StoreSpec::Sqlite { path, default: true } if path == std::path::Path::new("/state/leaderrun.db"))
+        );
         assert!(parse(Some("sqlite://"), no_state).unwrap_err().contains("names no file"));
         let err = parse(Some("sqlite:///a/b.db?mode=ro"), no_state).unwrap_err();
         assert!(err.contains("unknown parameter ?mode="), "{err}");

@@ -1010,7 +1010,10 @@ mod tests {
     #[test]
     fn urls() {
         let t = |u: &str| Target::parse(u).unwrap();
-        assert_eq!(t("zk://h"), Target { shown: "zk://h".into(), hosts: "h:2181".into(), user: None, root: DEFAULT_ROOT.into(), tls: None });
+        assert_eq!(
+            t("zk://h"),
+            Target { shown: "zk://h".into(), hosts: "h:2181".into(), user: None, root: DEFAULT_ROOT.into(), tls: None }
+        );
         let two = t("zookeeper://u:p%40ss@a,b:2/team/x/");
         assert_eq!(two.hosts, "a:2181,b:2");
         assert_eq!(two.user, Some(("u".into(), "p@ss".into())));
