@@ -8,7 +8,6 @@
 //! local filesystem: SQLite's locking is not to be trusted over NFS.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -36,23 +35,38 @@ pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leaderrun_locks (
     acquired_ns      INTEGER NOT NULL,   -- CLOCK_BOOTTIME at acquisition
     expires_ns       INTEGER NOT NULL,   -- CLOCK_BOOTTIME at which the lease lapses
     acquired_unix_ms INTEGER NOT NULL,   -- wall clock at acquisition, for display only
-    revoked          INTEGER NOT NULL DEFAULT 0  -- 1: `leaderrun release` asked the holder to stand down
+    revoked          INTEGER NOT NULL DEFAULT 0, -- 1: `leaderrun release` asked the holder to stand down
+    kept             INTEGER NOT NULL DEFAULT 0  -- 1: released, kept until expires_ns for --min-hold
 ) WITHOUT ROWID";
+
+/// Files made before the `kept` column get it on open (SQLite adds a column without
+/// rewriting the table).
+const ADD_KEPT: &str = "ALTER TABLE leaderrun_locks ADD COLUMN kept INTEGER NOT NULL DEFAULT 0";
+
+/// Where the kernel says which boot this is.
+const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 
 pub struct SqliteStore {
     /// `None` when the file does not exist and the caller only looks (status, list).
     conn: Option<Mutex<SqliteConnection>>,
     /// For error messages.
     path: PathBuf,
+    /// This boot's id: a lease written under another is from before a reboot, and void.
+    boot: String,
 }
 
-fn boot_id() -> &'static str {
-    static BOOT_ID: OnceLock<String> = OnceLock::new();
-    BOOT_ID.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "unknown".into())
-    })
+/// This boot's id. Without it a lease cannot be told from one of an earlier boot: writing a
+/// placeholder would make every process's live lease look like another boot's, to be taken.
+fn read_boot_id(file: &Path) -> Result<String> {
+    match std::fs::read_to_string(file) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
+        Ok(_) => Err(StoreError::refused(format!("SQLite store: {} is empty", file.display()))),
+        Err(err) => Err(StoreError::refused(format!(
+            "SQLite store: cannot read the kernel's boot id from {} ({err}), which tells a live lease from one \
+             written before a reboot; give leaderrun read access to it (systemd: drop ProcSubset=pid)",
+            file.display()
+        ))),
+    }
 }
 
 fn ns(d: Duration) -> i64 {
@@ -91,15 +105,23 @@ fn store_error(path: &Path, err: sqlx::Error) -> StoreError {
 impl SqliteStore {
     /// Open (and with `Access::Create`, create) the store file.
     pub async fn open(path: &Path, access: Access) -> Result<Self> {
+        Self::open_on_boot(path, access, Path::new(BOOT_ID_FILE)).await
+    }
+
+    /// `open`, with the boot id read from `boot_id_file` (tests point it elsewhere).
+    async fn open_on_boot(path: &Path, access: Access, boot_id_file: &Path) -> Result<Self> {
+        let boot = read_boot_id(boot_id_file)?;
         if access == Access::Existing && !path.exists() {
-            return Ok(Self { conn: None, path: path.to_path_buf() });
+            return Ok(Self { conn: None, path: path.to_path_buf(), boot });
         }
+        // FULL: every commit is on disk before it is reported, so a power loss cannot hand
+        // out a fencing token a second time (NORMAL may lose the last commits in WAL mode).
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(access == Access::Create)
             .busy_timeout(BUSY_TIMEOUT)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(SqliteSynchronous::Full)
             .log_statements(tracing::log::LevelFilter::Trace);
         // Many processes may create the file in the same instant; switching it to WAL
         // and creating the table can then report "locked" before the busy handler
@@ -107,7 +129,7 @@ impl SqliteStore {
         let started = std::time::Instant::now();
         loop {
             match Self::connect(&options, access).await {
-                Ok(conn) => return Ok(Self { conn: Some(Mutex::new(conn)), path: path.to_path_buf() }),
+                Ok(conn) => return Ok(Self { conn: Some(Mutex::new(conn)), path: path.to_path_buf(), boot }),
                 Err(err) if is_busy(&err) && started.elapsed() < BUSY_TIMEOUT => {
                     let pause = rand::rng().random_range(2..20);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -126,12 +148,27 @@ impl SqliteStore {
         if access == Access::Create {
             sqlx::query(SCHEMA).execute(&mut conn).await?;
         }
+        let has_table = sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leaderrun_locks'")
+            .fetch_optional(&mut conn)
+            .await?
+            .is_some();
+        let has_kept = sqlx::query("SELECT 1 FROM pragma_table_info('leaderrun_locks') WHERE name = 'kept'")
+            .fetch_optional(&mut conn)
+            .await?
+            .is_some();
+        if has_table && !has_kept {
+            match sqlx::query(ADD_KEPT).execute(&mut conn).await {
+                // Another process added it in the meantime.
+                Err(sqlx::Error::Database(db)) if db.message().contains("duplicate column") => {}
+                other => drop(other?),
+            }
+        }
         Ok(conn)
     }
 
-    async fn read(conn: &mut SqliteConnection, lock: &str) -> std::result::Result<LockRecord, sqlx::Error> {
+    async fn read(&self, conn: &mut SqliteConnection, lock: &str) -> std::result::Result<LockRecord, sqlx::Error> {
         let row = sqlx::query(
-            "SELECT holder, token, boot_id, expires_ns, acquired_unix_ms, revoked FROM leaderrun_locks WHERE name = ?1",
+            "SELECT holder, token, boot_id, expires_ns, acquired_unix_ms, revoked, kept FROM leaderrun_locks WHERE name = ?1",
         )
         .bind(lock)
         .fetch_optional(&mut *conn)
@@ -142,33 +179,36 @@ impl SqliteStore {
             Err(err) => return Err(err),
         };
         Ok(match row {
-            Some(row) => record_from(lock.to_string(), &row),
+            Some(row) => self.record_from(lock.to_string(), &row).0,
             None => LockRecord::free(lock),
         })
+    }
+
+    /// The record a row shows, and whether it is only kept for --min-hold.
+    fn record_from(&self, lock: String, row: &sqlx::sqlite::SqliteRow) -> (LockRecord, bool) {
+        let holder: Option<String> = row.get("holder");
+        let token: i64 = row.get("token");
+        let row_boot: String = row.get("boot_id");
+        let expires_ns: i64 = row.get("expires_ns");
+        let acquired_unix_ms: i64 = row.get("acquired_unix_ms");
+        let revoked: i64 = row.get("revoked");
+        let kept: i64 = row.get("kept");
+        let left = expires_ns - ns(boottime());
+        let live = holder.is_some() && row_boot == self.boot && left > 0;
+        let record = LockRecord {
+            lock,
+            holder: holder.filter(|_| live),
+            token: token as u64,
+            held_since: live.then(|| UNIX_EPOCH + Duration::from_millis(acquired_unix_ms as u64)),
+            expires_in: live.then(|| Duration::from_nanos(left as u64)),
+            revoked: live && revoked != 0,
+        };
+        (record, live && kept != 0)
     }
 }
 
 fn no_table(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.message().contains("no such table"))
-}
-
-fn record_from(lock: String, row: &sqlx::sqlite::SqliteRow) -> LockRecord {
-    let holder: Option<String> = row.get("holder");
-    let token: i64 = row.get("token");
-    let row_boot: String = row.get("boot_id");
-    let expires_ns: i64 = row.get("expires_ns");
-    let acquired_unix_ms: i64 = row.get("acquired_unix_ms");
-    let revoked: i64 = row.get("revoked");
-    let left = expires_ns - ns(boottime());
-    let live = holder.is_some() && row_boot == boot_id() && left > 0;
-    LockRecord {
-        lock,
-        holder: holder.filter(|_| live),
-        token: token as u64,
-        held_since: live.then(|| UNIX_EPOCH + Duration::from_millis(acquired_unix_ms as u64)),
-        expires_in: live.then(|| Duration::from_nanos(left as u64)),
-        revoked: live && revoked != 0,
-    }
 }
 
 /// Run `$body` with the connection, or answer `$empty` when the file does not exist.
@@ -204,7 +244,7 @@ impl Store for SqliteStore {
                  ON CONFLICT(name) DO UPDATE SET
                     holder = excluded.holder, token = leaderrun_locks.token + 1, boot_id = excluded.boot_id,
                     acquired_ns = excluded.acquired_ns, expires_ns = excluded.expires_ns,
-                    acquired_unix_ms = excluded.acquired_unix_ms, revoked = 0
+                    acquired_unix_ms = excluded.acquired_unix_ms, revoked = 0, kept = 0
                  WHERE leaderrun_locks.holder IS NULL
                     OR leaderrun_locks.boot_id <> excluded.boot_id
                     OR leaderrun_locks.expires_ns <= excluded.acquired_ns
@@ -212,7 +252,7 @@ impl Store for SqliteStore {
             )
             .bind(lock)
             .bind(identity)
-            .bind(boot_id())
+            .bind(&self.boot)
             .bind(ns(now))
             .bind(ns(now + ttl))
             .bind(unix_ms_now())
@@ -224,7 +264,7 @@ impl Store for SqliteStore {
                         identity: identity.to_string(),
                         token: row.get::<i64, _>("token") as u64,
                     }),
-                    None => Acquire::Held(Self::read(conn, lock).await?),
+                    None => Acquire::Held(self.read(conn, lock).await?),
                 })
             }
             .await
@@ -247,13 +287,13 @@ impl Store for SqliteStore {
                 .bind(&lease.lock)
                 .bind(lease.token as i64)
                 .bind(&lease.identity)
-                .bind(boot_id())
+                .bind(&self.boot)
                 .execute(&mut *conn)
                 .await?;
                 Ok(if done.rows_affected() == 1 {
                     Renew::Renewed
                 } else {
-                    Renew::Lost(Some(Self::read(conn, &lease.lock).await?))
+                    Renew::Lost(Some(self.read(conn, &lease.lock).await?))
                 })
             }
             .await
@@ -271,7 +311,8 @@ impl Store for SqliteStore {
                 sqlx::query(
                     "UPDATE leaderrun_locks SET
                     holder = CASE WHEN acquired_ns + ?1 > ?2 THEN holder ELSE NULL END,
-                    expires_ns = CASE WHEN acquired_ns + ?1 > ?2 THEN acquired_ns + ?1 ELSE 0 END
+                    expires_ns = CASE WHEN acquired_ns + ?1 > ?2 THEN acquired_ns + ?1 ELSE 0 END,
+                    kept = CASE WHEN acquired_ns + ?1 > ?2 THEN 1 ELSE 0 END
                  WHERE name = ?3 AND token = ?4 AND holder = ?5",
                 )
                 .bind(ns(keep))
@@ -288,16 +329,16 @@ impl Store for SqliteStore {
     }
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
-        with_conn!(self, "status", conn, LockRecord::free(lock), Self::read(conn, lock).await)
+        with_conn!(self, "status", conn, LockRecord::free(lock), self.read(conn, lock).await)
     }
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
         with_conn!(self, "list", conn, Vec::new(), async {
-            let rows = sqlx::query("SELECT name, holder, token, boot_id, expires_ns, acquired_unix_ms, revoked FROM leaderrun_locks ORDER BY name")
+            let rows = sqlx::query("SELECT name, holder, token, boot_id, expires_ns, acquired_unix_ms, revoked, kept FROM leaderrun_locks ORDER BY name")
                 .fetch_all(&mut *conn)
                 .await;
             match rows {
-                Ok(rows) => Ok(rows.iter().map(|row| record_from(row.get("name"), row)).collect()),
+                Ok(rows) => Ok(rows.iter().map(|row| self.record_from(row.get("name"), row).0).collect()),
                 Err(err) if no_table(&err) => Ok(Vec::new()),
                 Err(err) => Err(err),
             }
@@ -313,17 +354,36 @@ impl Store for SqliteStore {
             None,
             async {
                 loop {
-                    let before = Self::read(conn, lock).await?;
+                    let row = sqlx::query(
+                        "SELECT holder, token, boot_id, expires_ns, acquired_unix_ms, revoked, kept
+                         FROM leaderrun_locks WHERE name = ?1",
+                    )
+                    .bind(lock)
+                    .fetch_optional(&mut *conn)
+                    .await;
+                    let (before, kept) = match row {
+                        Ok(Some(row)) => self.record_from(lock.to_string(), &row),
+                        Ok(None) => return Ok(None),
+                        Err(err) if no_table(&err) => return Ok(None),
+                        Err(err) => return Err(err),
+                    };
                     if !before.is_held() {
                         return Ok(None);
                     }
-                    // Compare-and-set on the token read, so a lease taken in between is left alone.
+                    // A kept lease has no child and no holder left to free it: free it now. A
+                    // live one is only asked to stand down. Either way a compare-and-set on the
+                    // token read, so a lease taken in between is left alone.
                     let done = sqlx::query(
-                        "UPDATE leaderrun_locks SET revoked = 1
-                     WHERE name = ?1 AND token = ?2 AND holder IS NOT NULL",
+                        "UPDATE leaderrun_locks SET
+                            revoked = CASE WHEN ?3 THEN revoked ELSE 1 END,
+                            holder = CASE WHEN ?3 THEN NULL ELSE holder END,
+                            expires_ns = CASE WHEN ?3 THEN 0 ELSE expires_ns END,
+                            kept = 0
+                         WHERE name = ?1 AND token = ?2 AND holder IS NOT NULL AND kept = ?3",
                     )
                     .bind(lock)
                     .bind(before.token as i64)
+                    .bind(kept)
                     .execute(&mut *conn)
                     .await?;
                     if done.rows_affected() == 1 {
@@ -337,5 +397,43 @@ impl Store for SqliteStore {
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::poll_until_free(self, lock, max_wait, POLL).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn without_a_boot_id_the_store_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("locks.db");
+        let missing = dir.path().join("no-boot-id");
+        let err = SqliteStore::open_on_boot(&db, Access::Create, &missing).await.err().expect("refused");
+        assert_eq!(err.kind, super::super::ErrorKind::Refused);
+        assert!(err.message.contains("boot id") && err.message.contains("no-boot-id"), "{}", err.message);
+        assert!(!db.exists(), "nothing was written");
+        std::fs::write(&missing, "\n").unwrap();
+        assert!(SqliteStore::open_on_boot(&db, Access::Create, &missing).await.is_err(), "an empty boot id");
+    }
+
+    #[tokio::test]
+    async fn a_file_from_before_the_kept_column_gets_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("old.db");
+        {
+            let mut conn = SqliteConnectOptions::new().filename(&db).create_if_missing(true).connect().await.unwrap();
+            let old_schema: Vec<&str> = SCHEMA.lines().filter(|line| !line.trim_start().starts_with("kept")).collect();
+            let old_schema = old_schema.join("\n").replace("DEFAULT 0, --", "DEFAULT 0 --");
+            assert!(!old_schema.contains("kept"), "{old_schema}");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(old_schema)).execute(&mut conn).await.unwrap();
+        }
+        let store = SqliteStore::open(&db, Access::Existing).await.unwrap();
+        let Acquire::Won(lease) = store.acquire("x", "a", Duration::from_secs(60)).await.unwrap() else {
+            panic!("a fresh lock is free")
+        };
+        store.release(&lease, Duration::from_secs(600)).await.unwrap();
+        assert!(store.revoke("x").await.unwrap().is_some());
+        assert!(!store.status("x").await.unwrap().is_held(), "the keep was ended");
     }
 }
