@@ -41,3 +41,24 @@ impl Harness for MariadbHarness {
 }
 
 conformance_suite!(mariadb());
+
+/// A table made by an earlier leaderrun, without the `kept` column: the first statement that
+/// needs it adds it, and `leaderrun release` then ends a --min-hold keep at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_from_before_the_kept_column_gets_it() {
+    use std::time::Duration;
+    let h = mariadb().await;
+    h.server.root_sql(
+        "CREATE TABLE leaderrun.old_locks (name VARBINARY(1020) NOT NULL PRIMARY KEY, \
+         holder VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, token BIGINT UNSIGNED NOT NULL, \
+         acquired_at DATETIME(6) NOT NULL, expires_at DATETIME(6) NOT NULL, revoked BOOLEAN NOT NULL DEFAULT 0) \
+         ENGINE=InnoDB",
+    );
+    let spec = StoreSpec::from_url(&format!("{}?table=old_locks", h.server.url())).expect("a valid URL");
+    let a: Arc<dyn Store> = Arc::from(open(&spec, Access::Create).await.expect("open"));
+    let admin: Arc<dyn Store> = Arc::from(open(&spec, Access::Existing).await.expect("open"));
+    let lease = conformance::won(&*a, "x", "a", conformance::TTL).await;
+    a.release(&lease, Duration::from_secs(3600)).await.unwrap();
+    assert!(admin.revoke("x").await.unwrap().is_some());
+    assert!(!admin.status("x").await.unwrap().is_held(), "the keep ended at once");
+}

@@ -83,9 +83,9 @@ async fn the_table_option_separates_users_of_one_database() {
     held(&*other, &lock, "c").await;
     assert!(table_exists(&pg.server, "leaderrun_locks") && table_exists(&pg.server, "Team_B"));
 
-    let err = open_url(&format!("{}?table=x;drop", pg.server.url()), Access::Create).await.err().unwrap();
-    assert_eq!(err.kind, ErrorKind::Refused);
-    assert!(err.message.contains("table=\"x;drop\""), "{}", err.message);
+    // Refused while the command line is checked, before anything connects.
+    let err = StoreSpec::from_url(&format!("{}?table=x;drop", pg.server.url())).err().unwrap();
+    assert!(err.contains("table=\"x;drop\""), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -159,4 +159,25 @@ async fn errors_say_what_went_wrong_without_the_password() {
 async fn a_client_rides_out_a_server_restart() {
     let pg = pg().await;
     conformance::a_client_rides_out_a_server_restart(&pg, || pg.server.stop(), || pg.server.start_again()).await;
+}
+
+/// A table made by an earlier leaderrun, without the `kept` column: the first statement that
+/// needs it adds it, and `leaderrun release` then ends a --min-hold keep at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_from_before_the_kept_column_gets_it() {
+    let pg = pg().await;
+    let old = "CREATE TABLE old_locks (name text PRIMARY KEY, holder text, token bigint NOT NULL, \
+               acquired_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, revoked boolean NOT NULL DEFAULT false)";
+    pg.server.psql_in(servers::postgres::DATABASE, old);
+    let url = format!("{}?table=old_locks", pg.server.url());
+    let (a, admin) = (open_url(&url, Access::Create).await.unwrap(), open_url(&url, Access::Existing).await.unwrap());
+    // Owned by another user: leaderrun may not add the column, and says what to run.
+    let err = a.acquire("x", "a", TTL).await.err().expect("refused");
+    assert_eq!(err.kind, ErrorKind::Refused);
+    assert!(err.message.contains("ADD COLUMN IF NOT EXISTS kept"), "{}", err.message);
+    pg.server.psql_in(servers::postgres::DATABASE, "ALTER TABLE old_locks OWNER TO leaderrun");
+    let lease = won(&*a, "x", "a", TTL).await;
+    a.release(&lease, Duration::from_secs(3600)).await.unwrap();
+    assert!(admin.revoke("x").await.unwrap().is_some());
+    assert!(!admin.status("x").await.unwrap().is_held(), "the keep ended at once");
 }

@@ -88,7 +88,8 @@ pub fn schema_sql(table: &str) -> String {
     token       BIGINT UNSIGNED NOT NULL,   -- fencing token: +1 on every acquisition, never reset
     acquired_at DATETIME(6) NOT NULL,       -- UTC, on the server's clock
     expires_at  DATETIME(6) NOT NULL,       -- UTC, on the server's clock: the lease lapses then
-    revoked     BOOLEAN NOT NULL DEFAULT 0  -- 1: `leaderrun release` asked the holder to stand down
+    revoked     BOOLEAN NOT NULL DEFAULT 0, -- 1: `leaderrun release` asked the holder to stand down
+    kept        BOOLEAN NOT NULL DEFAULT 0  -- 1: released, kept until expires_at for --min-hold
 ) ENGINE=InnoDB"
     )
 }
@@ -221,11 +222,11 @@ impl MySqlStore {
                 match probe {
                     Err(err) if no_table(&err) && access == Access::Create => {
                         sqlx::raw_sql(AssertSqlSafe(schema_sql(table))).execute(&mut *conn).await?;
-                        Ok(())
                     }
-                    Err(err) if no_table(&err) => Ok(()), // no table, no locks: status and list say so
-                    other => other.map(drop),
+                    Err(err) if no_table(&err) => {} // no table, no locks: status and list say so
+                    other => other.map(drop)?,
                 }
+                Ok(())
             })
             .await?;
         Ok(store)
@@ -256,6 +257,11 @@ impl MySqlStore {
                     return Err(self.error(ErrorKind::Unavailable, &format!("no answer within {waited}")));
                 }
             };
+            if no_kept_column(&err) && attempt < ATTEMPTS {
+                attempt += 1;
+                self.add_kept_column().await?;
+                continue;
+            }
             if is_undone(&err) && attempt < ATTEMPTS {
                 attempt += 1;
                 let pause = rand::rng().random_range(5..50);
@@ -266,6 +272,27 @@ impl MySqlStore {
                 return Err(self.diagnose().await);
             }
             return Err(self.error(kind_of(&err), &describe(&err)));
+        }
+    }
+
+    /// A table made before the `kept` column gets it when a statement first misses it
+    /// (checking at every open would cost every run a round trip). ALTER needs the ALTER
+    /// privilege: a user without it is told the statement to have run.
+    async fn add_kept_column(&self) -> Result<()> {
+        let alter = self.sql("ALTER TABLE {t} ADD COLUMN kept BOOLEAN NOT NULL DEFAULT 0");
+        tracing::info!("adding the kept column to {}", self.table);
+        match sqlx::raw_sql(AssertSqlSafe(alter.0.clone())).execute(&self.pool).await {
+            // Added by another process in the meantime.
+            Err(err) if number(&err) == Some(1060) => Ok(()),
+            Err(err) if matches!(number(&err), Some(1142 | 1044 | 1045)) => Err(self.error(
+                ErrorKind::Refused,
+                &format!(
+                    "table {} predates leaderrun's kept column and this user may not add it; run: {}",
+                    self.table, alter.0
+                ),
+            )),
+            Err(err) => Err(self.error(kind_of(&err), &describe(&err))),
+            Ok(_) => Ok(()),
         }
     }
 
@@ -338,6 +365,11 @@ fn number(err: &sqlx::Error) -> Option<u16> {
 }
 
 /// 1146: the table does not exist.
+/// A table made before the `kept` column (ER_BAD_FIELD_ERROR naming it).
+fn no_kept_column(err: &sqlx::Error) -> bool {
+    number(err) == Some(1054) && err.to_string().contains("kept")
+}
+
 fn no_table(err: &sqlx::Error) -> bool {
     number(err) == Some(1146)
 }
@@ -393,7 +425,7 @@ impl Store for MySqlStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         let take = &self.sql(
             "UPDATE {t} SET holder = ?, token = LAST_INSERT_ID(token + 1), acquired_at = UTC_TIMESTAMP(6),
-                expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, revoked = 0
+                expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, revoked = 0, kept = 0
              WHERE name = ? AND (holder IS NULL OR expires_at <= UTC_TIMESTAMP(6))",
         );
         let create = &self.sql(
@@ -472,9 +504,11 @@ impl Store for MySqlStore {
                 "UPDATE {t} SET
                     expires_at = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6),
                                     acquired_at + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6)),
-                    holder = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), holder, NULL)
+                    holder = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), holder, NULL),
+                    kept = acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6)
                  WHERE name = ? AND token = ? AND holder = ?",
             ))
+            .bind(micros(keep))
             .bind(micros(keep))
             .bind(micros(keep))
             .bind(micros(keep))
@@ -530,10 +564,15 @@ impl Store for MySqlStore {
                     Err(err) if no_table(&err) => return Ok(None),
                     Err(err) => return Err(err),
                 };
-                // Compare-and-set on the token read, so a lease taken in between is left alone.
-                let done = sqlx::query(
-                    self.sql("UPDATE {t} SET revoked = 1 WHERE name = ? AND token = ? AND holder IS NOT NULL"),
-                )
+                // Compare-and-set on the token read, so a lease taken in between is left alone. A
+                // lease only kept for --min-hold has no child and no holder left to free it: it is
+                // freed now; a live one is only asked to stand down. (MySQL assigns left to right:
+                // `kept` is read before it is cleared.)
+                let done = sqlx::query(self.sql(
+                    "UPDATE {t} SET revoked = IF(kept, revoked, 1), holder = IF(kept, NULL, holder),
+                        expires_at = IF(kept, UTC_TIMESTAMP(6), expires_at), kept = 0
+                     WHERE name = ? AND token = ? AND holder IS NOT NULL",
+                ))
                 .bind(lock.as_bytes())
                 .bind(before.token)
                 .execute(&mut *conn)

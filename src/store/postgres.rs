@@ -104,7 +104,8 @@ pub fn schema_sql(table: &str) -> String {
     token       bigint NOT NULL,               -- fencing token: +1 on every acquisition, never reset
     acquired_at timestamptz NOT NULL,          -- server clock at acquisition
     expires_at  timestamptz NOT NULL,          -- server clock at which the lease lapses
-    revoked     boolean NOT NULL DEFAULT false -- `leaderrun release` asked the holder to stand down
+    revoked     boolean NOT NULL DEFAULT false, -- `leaderrun release` asked the holder to stand down
+    kept        boolean NOT NULL DEFAULT false  -- released, kept until expires_at for --min-hold
 )"
     )
 }
@@ -173,6 +174,8 @@ fn split_url(url: &str) -> std::result::Result<(String, String), String> {
 
 /// The statements, with the table name quoted in.
 struct Sql {
+    /// The table's name, quoted.
+    table: String,
     acquire: SqlStr,
     renew: SqlStr,
     release: SqlStr,
@@ -190,15 +193,16 @@ impl Sql {
             (extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint AS left_us";
         let sql = |s: String| AssertSqlSafe(Arc::<str>::from(s)).into_sql_str();
         Self {
+            table: t.clone(),
             // One clock reading for the whole statement. A row is taken over only if it
             // was released or has expired on the server's clock; the token never resets.
             acquire: sql(format!(
-                "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked)
-                 SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false
+                "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked, kept)
+                 SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false, false
                    FROM (SELECT clock_timestamp() AS now) c
                  ON CONFLICT (name) DO UPDATE SET
                     holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
-                    expires_at = excluded.expires_at, revoked = false
+                    expires_at = excluded.expires_at, revoked = false, kept = false
                  WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
                  RETURNING l.token"
             )),
@@ -214,7 +218,8 @@ impl Sql {
                         holder = CASE WHEN l.acquired_at + $1 * interval '1 microsecond' > c.now
                                       THEN l.holder END,
                         expires_at = CASE WHEN l.acquired_at + $1 * interval '1 microsecond' > c.now
-                                          THEN l.acquired_at + $1 * interval '1 microsecond' ELSE c.now END
+                                          THEN l.acquired_at + $1 * interval '1 microsecond' ELSE c.now END,
+                        kept = l.acquired_at + $1 * interval '1 microsecond' > c.now
                     FROM (SELECT clock_timestamp() AS now) c
                     WHERE l.name = $2 AND l.token = $3 AND l.holder = $4
                     RETURNING l.holder)
@@ -222,10 +227,16 @@ impl Sql {
             )),
             status: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1")),
             list: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name")),
-            // Compare-and-set on the token read: a lease taken in between is left alone.
+            // Compare-and-set on the token read: a lease taken in between is left alone. A
+            // lease only kept for --min-hold has no child and no holder left to free it: it is
+            // freed now; a live one is only asked to stand down. (SET reads the old row.)
             revoke: sql(format!(
                 "WITH done AS (
-                    UPDATE {t} SET revoked = true
+                    UPDATE {t} SET
+                        revoked = revoked OR NOT kept,
+                        holder = CASE WHEN kept THEN NULL ELSE holder END,
+                        expires_at = CASE WHEN kept THEN clock_timestamp() ELSE expires_at END,
+                        kept = false
                     WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > clock_timestamp()
                     RETURNING name)
                  SELECT pg_notify('{CHANNEL}', name) FROM done"
@@ -296,6 +307,24 @@ impl PostgresStore {
         match timeout(Duration::from_secs(2), self.options.connect()).await {
             Ok(Err(cause)) => self.error(cause),
             _ => self.error(err),
+        }
+    }
+
+    /// A table made before the `kept` column gets it when a statement first misses it
+    /// (checking at every open would cost every run a round trip). ALTER needs the table's
+    /// owner: a user without it is told the statement to have run.
+    async fn add_kept_column(&self, conn: &mut sqlx::PgConnection) -> Result<()> {
+        let alter =
+            format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS kept boolean NOT NULL DEFAULT false", self.sql.table);
+        tracing::info!("adding the kept column to {}", self.sql.table);
+        match sqlx::query(AssertSqlSafe(alter.clone())).execute(&mut *conn).await {
+            Ok(_) => Ok(()),
+            Err(err) if sqlstate(&err).as_deref() == Some("42501") => Err(StoreError::refused(format!(
+                "PostgreSQL store {}: table {} predates leaderrun's kept column and this user may not add it; \
+                 have the table's owner run: {alter}",
+                self.shown, self.sql.table
+            ))),
+            Err(err) => Err(self.error(err)),
         }
     }
 
@@ -418,6 +447,11 @@ fn transient(err: &sqlx::Error) -> bool {
     }
 }
 
+/// A table made before the `kept` column (undefined_column, naming it).
+fn no_kept_column(err: &sqlx::Error) -> bool {
+    sqlstate(err).as_deref() == Some("42703") && err.to_string().contains("kept")
+}
+
 fn record_from(row: &PgRow) -> LockRecord {
     let holder: Option<String> = row.get("holder");
     let token: i64 = row.get("token");
@@ -443,12 +477,19 @@ fn micros(d: Duration) -> i64 {
 impl Store for PostgresStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         let mut conn = self.conn("acquire").await?;
-        let won = sqlx::query_scalar::<_, i64>(self.sql.acquire.clone())
-            .bind(lock)
-            .bind(identity)
-            .bind(micros(ttl))
-            .fetch_optional(&mut *conn)
-            .await;
+        let mut won = Err(sqlx::Error::PoolClosed);
+        for _ in 0..2 {
+            won = sqlx::query_scalar::<_, i64>(self.sql.acquire.clone())
+                .bind(lock)
+                .bind(identity)
+                .bind(micros(ttl))
+                .fetch_optional(&mut *conn)
+                .await;
+            match &won {
+                Err(err) if no_kept_column(err) => self.add_kept_column(&mut conn).await?,
+                _ => break,
+            }
+        }
         match won {
             Ok(Some(token)) => {
                 // A holder reads no notifications: stop listening (see `listener`).
@@ -482,13 +523,20 @@ impl Store for PostgresStore {
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
         let mut conn = self.conn("release").await?;
-        let done = sqlx::query(self.sql.release.clone())
-            .bind(micros(keep))
-            .bind(&lease.lock)
-            .bind(lease.token as i64)
-            .bind(&lease.identity)
-            .execute(&mut *conn)
-            .await;
+        let mut done = Err(sqlx::Error::PoolClosed);
+        for _ in 0..2 {
+            done = sqlx::query(self.sql.release.clone())
+                .bind(micros(keep))
+                .bind(&lease.lock)
+                .bind(lease.token as i64)
+                .bind(&lease.identity)
+                .execute(&mut *conn)
+                .await;
+            match &done {
+                Err(err) if no_kept_column(err) => self.add_kept_column(&mut conn).await?,
+                _ => break,
+            }
+        }
         match done {
             Ok(_) => Ok(()),
             Err(err) if self.no_table(&err) => Ok(()),
@@ -517,12 +565,18 @@ impl Store for PostgresStore {
             if !before.is_held() {
                 return Ok(None);
             }
-            let done = sqlx::query(self.sql.revoke.clone())
+            let done = match sqlx::query(self.sql.revoke.clone())
                 .bind(lock)
                 .bind(before.token as i64)
                 .fetch_all(&mut *conn)
                 .await
-                .map_err(|e| self.error(e))?;
+            {
+                Err(err) if no_kept_column(&err) => {
+                    self.add_kept_column(&mut conn).await?;
+                    continue;
+                }
+                done => done.map_err(|e| self.error(e))?,
+            };
             if done.len() == 1 {
                 return Ok(Some(before));
             }
