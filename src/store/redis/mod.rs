@@ -49,13 +49,18 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
 use super::release_feed::{self, Heard, ReleaseFeed};
-use super::url::{redact, Access, TlsFiles};
+use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use scripts::Scripts;
+pub use target::Target;
+
+mod scripts;
+mod target;
 
 /// The key prefix used unless the URL says `?prefix=`.
 pub const DEFAULT_PREFIX: &str = "leaderrun:";
@@ -66,195 +71,6 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How often a waiter re-reads the lock while it cannot subscribe.
 const POLL: Duration = Duration::from_millis(250);
-
-/// Returns a lock's record as a flat array:
-/// {name, held (0/1), holder, token, acquired_ms, ms left, revoked (0/1)}.
-/// KEYS: lock key, token key. ARGV[1]: the lock name.
-const READ: &str = r#"
-local function read(lock_key, token_key, name)
-  local h = redis.call('HMGET', lock_key, 'holder', 'token', 'acquired_ms', 'revoked')
-  if not h[1] then
-    return {name, 0, '', tonumber(redis.call('GET', token_key) or '0'), 0, 0, 0}
-  end
-  local revoked = 0
-  if h[4] == '1' then revoked = 1 end
-  return {name, 1, h[1], tonumber(h[2]), tonumber(h[3]), redis.call('PTTL', lock_key), revoked}
-end
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-"#;
-
-/// The scripts, each one atomic step on the server.
-struct Scripts {
-    /// KEYS: lock, token, locks set. ARGV: name, identity, ttl_ms.
-    /// Returns {1, token} when won, else {0, record...}.
-    acquire: Script,
-    /// KEYS: lock, token. ARGV: name, identity, token, ttl_ms. Returns {1} or {0, record...}.
-    renew: Script,
-    /// KEYS: lock. ARGV: name, identity, token, keep_ms, channel. Returns 0 (not ours),
-    /// 1 (kept for --min-hold) or 2 (freed).
-    release: Script,
-    /// KEYS: lock, token. ARGV: name. Returns the record.
-    status: Script,
-    /// KEYS: locks set. ARGV: prefix. Returns every record, flattened.
-    list: Script,
-    /// KEYS: lock, token. ARGV: name. Returns the record before (held = 0: nothing done).
-    revoke: Script,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        let script = |body: &str| Script::new(&format!("{READ}\n{body}"));
-        Self {
-            acquire: script(
-                r#"
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local r = read(KEYS[1], KEYS[2], ARGV[1])
-  table.insert(r, 1, 0)
-  return r
-end
-local token = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'token', string.format('%d', token),
-  'acquired_ms', string.format('%d', now_ms()), 'revoked', '0')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('SADD', KEYS[3], ARGV[1])
-return {1, token}
-"#,
-            ),
-            renew: script(
-                r#"
-local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'revoked')
-if h[1] == ARGV[2] and h[2] == ARGV[3] and h[3] ~= '1' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  return {1}
-end
-local r = read(KEYS[1], KEYS[2], ARGV[1])
-table.insert(r, 1, 0)
-return r
-"#,
-            ),
-            // With keep > 0 (--min-hold) the key stays, with its holder, until
-            // acquired_ms + keep if that is still ahead; otherwise it goes, and waiters are told.
-            release: script(
-                r#"
-local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'acquired_ms')
-if h[1] ~= ARGV[2] or h[2] ~= ARGV[3] then
-  return 0
-end
-local keep_until = tonumber(h[3]) + tonumber(ARGV[4])
-if tonumber(ARGV[4]) > 0 and keep_until > now_ms() then
-  redis.call('PEXPIREAT', KEYS[1], string.format('%d', keep_until))
-  return 1
-end
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[5], ARGV[1])
-return 2
-"#,
-            ),
-            status: script("return read(KEYS[1], KEYS[2], ARGV[1])"),
-            list: script(
-                r#"
-local out = {}
-for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  for _, v in ipairs(read(ARGV[1] .. 'lock:' .. name, ARGV[1] .. 'token:' .. name, name)) do
-    table.insert(out, v)
-  end
-end
-return out
-"#,
-            ),
-            // The PX expiry stays as it is: the holder frees the lock once its child is
-            // stopped, or the lease lapses.
-            revoke: script(
-                r#"
-local r = read(KEYS[1], KEYS[2], ARGV[1])
-if r[2] == 1 then
-  redis.call('HSET', KEYS[1], 'revoked', '1')
-end
-return r
-"#,
-            ),
-        }
-    }
-}
-
-/// The parts of a Redis URL that are leaderrun's, not the redis crate's.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Extras {
-    prefix: String,
-    /// `cacert=`: trust this CA (PEM) instead of the system's; `cert=` and `key=`: a client
-    /// certificate and its key (PEM), for servers that ask (as redis-cli names them).
-    tls: TlsFiles,
-}
-
-/// Split leaderrun's own parameters (`prefix=`, `cacert=`, `cert=`, `key=`) off the URL;
-/// the rest goes to the redis crate.
-fn split_url(url: &str) -> (String, Extras) {
-    let (url, fragment) = match url.split_once('#') {
-        Some((url, fragment)) => (url, format!("#{fragment}")),
-        None => (url, String::new()),
-    };
-    let mut extras = Extras { prefix: DEFAULT_PREFIX.to_string(), ..Extras::default() };
-    let Some((base, query)) = url.split_once('?') else {
-        return (format!("{url}{fragment}"), extras);
-    };
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let taken = match pair.split_once('=') {
-            Some(("prefix", value)) => {
-                extras.prefix = value.to_string();
-                true
-            }
-            Some((key, value)) => extras.tls.take(key, value),
-            None => false,
-        };
-        if !taken {
-            kept.push(pair);
-        }
-    }
-    let query = if kept.is_empty() { String::new() } else { format!("?{}", kept.join("&")) };
-    (format!("{base}{query}{fragment}"), extras)
-}
-
-/// A `redis://` or `rediss://` URL, parsed once while the command line is checked.
-#[derive(Clone)]
-pub struct Target {
-    /// The URL without its password, for messages.
-    pub shown: String,
-    /// The URL the redis crate is given (leaderrun's own parameters taken out).
-    redis_url: String,
-    extras: Extras,
-}
-
-impl Target {
-    /// Split leaderrun's parameters off and check the rest with the redis crate's parser.
-    pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        let (redis_url, extras) = split_url(url);
-        redis::parse_redis_url(&redis_url).ok_or("not a valid Redis URL (expected redis://[user]:pass@host:6379/0)")?;
-        Ok(Self { shown: redact(url), redis_url, extras })
-    }
-}
-
-/// A client for the URL: with the CA and client certificate of `extras` when given.
-fn client(redis_url: &str, extras: &Extras, shown: &str) -> Result<Client> {
-    let refused = |why: String| StoreError::refused(format!("Redis store {shown}: {why}"));
-    let invalid = |e: RedisError| refused(format!("invalid URL: {}", describe(&e)));
-    let files = &extras.tls;
-    if *files == TlsFiles::default() {
-        return Client::open(redis_url).map_err(invalid);
-    }
-    files.check(redis_url.to_ascii_lowercase().starts_with("rediss:"), "a rediss:// URL").map_err(refused)?;
-    let read = |param: &str, path: &Option<String>| super::read_url_file("Redis", shown, param, path.as_deref());
-    let (root_cert, cert, key) = (read("cacert", &files.cacert)?, read("cert", &files.cert)?, read("key", &files.key)?);
-    // check() made sure that cert= and key= come together.
-    let client_tls = match (cert, key) {
-        (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig { client_cert, client_key }),
-        _ => None,
-    };
-    Client::build_with_tls(redis_url, redis::TlsCertificates { client_tls, root_cert }).map_err(invalid)
-}
 
 /// A connection subscribed to `{prefix}released`, and the messages it received.
 struct Subscription {
@@ -297,7 +113,7 @@ impl RedisStore {
     /// not matter: looking never writes.
     pub async fn open(target: &Target, _access: Access) -> Result<Self> {
         let shown = target.shown.clone();
-        let client = client(&target.redis_url, &target.extras, &shown)?;
+        let client = target::client(&target.redis_url, &target.extras, &shown)?;
         let prefix = target.extras.prefix.clone();
         // One attempt per reconnection: the elector retries failed calls on its own schedule.
         let config = ConnectionManagerConfig::new()
@@ -551,23 +367,6 @@ impl Store for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn url_splitting() {
-        let prefix = |p: &str| Extras { prefix: p.into(), ..Extras::default() };
-        assert_eq!(split_url("redis://:p@h:6379/2"), ("redis://:p@h:6379/2".into(), prefix(DEFAULT_PREFIX)));
-        assert_eq!(split_url("redis://h?prefix=team-b:"), ("redis://h".into(), prefix("team-b:")));
-        assert_eq!(
-            split_url("rediss://h/1?protocol=resp3&prefix=x#insecure"),
-            ("rediss://h/1?protocol=resp3#insecure".into(), prefix("x"))
-        );
-        let (url, extras) = split_url("rediss://h?cacert=/ca.pem&cert=/c.pem&key=/k.pem");
-        assert_eq!(url, "rediss://h");
-        assert_eq!(
-            (extras.tls.cacert.as_deref(), extras.tls.cert.as_deref(), extras.tls.key.as_deref()),
-            (Some("/ca.pem"), Some("/c.pem"), Some("/k.pem"))
-        );
-    }
 
     #[test]
     fn records() {
