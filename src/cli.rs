@@ -101,7 +101,8 @@ pub const STORES: &[(&str, &str)] = &[
          fencing token an INCR counter, a release is published to waiters. Redis loses keys on a restart \
          unless it runs with appendonly yes and appendfsync always, and replication is asynchronous: for \
          leases that matter, run it with that persistence and no failover. TLS: rediss:// with the system's CAs \
-         or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
+         or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE. The database is the path (/2); \
+         ?protocol=resp3 is also taken; any other parameter is refused.",
     ),
     (
         "etcd://[user:pass@]host:2379[,host2:2379...][/prefix] (etcds:// for TLS)",

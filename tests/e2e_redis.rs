@@ -36,6 +36,20 @@ fn a_wrong_password_exits_69_without_showing_it() {
 }
 
 #[test]
+fn an_unknown_url_parameter_is_bad_usage_before_anything_connects() {
+    let sb = Sandbox::new();
+    // Port 1 is closed: a connection attempt would end in 69, not 2.
+    let url = "redis://:Hunter2-Secret@127.0.0.1:1/?bogus=1";
+    let out = sb.output(sb.at(url, &["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("?bogus=") && err.contains("known: prefix"), "{err:?}");
+    assert!(!err.contains("Hunter2-Secret"), "{err:?}");
+    assert!(!sb.exists("ran"));
+}
+
+#[test]
 fn a_holder_rides_out_a_short_outage() {
     let (redis, sb) = (Redis::start(), Sandbox::new());
     assert_holder_rides_out_an_outage(

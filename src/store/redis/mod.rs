@@ -1,6 +1,7 @@
 //! Redis store: `--store redis://[user:pass@]host[:port][/db][?prefix=PREFIX]`, or
 //! `rediss://` for TLS (rustls; the system's CAs unless `?cacert=FILE`, and a client
-//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them).
+//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them). `?protocol=resp3`
+//! is the redis crate's; any other parameter is refused (`target.rs`).
 //!
 //! Keys, under a prefix (`?prefix=`, default `leaderrun:`; the lock name follows verbatim,
 //! Redis keys are binary-safe):
@@ -113,8 +114,8 @@ impl RedisStore {
     /// not matter: looking never writes.
     pub async fn open(target: &Target, _access: Access) -> Result<Self> {
         let shown = target.shown.clone();
-        let client = target::client(&target.redis_url, &target.extras, &shown)?;
-        let prefix = target.extras.prefix.clone();
+        let client = target.client()?;
+        let prefix = target.prefix.clone();
         // One attempt per reconnection: the elector retries failed calls on its own schedule.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(TIMEOUT))
