@@ -56,6 +56,27 @@ async fn the_prefix_separates_users_of_one_server() {
     assert_eq!(rd.server.command(&["EXISTS", &key]).unwrap(), ":1\r\n");
 }
 
+/// A lease released with a keep is given up: it is never renewed again (so that `revoke` may
+/// free it at once), and when `revoke` frees it, a waiter hears of it as of a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kept_lease_is_not_renewed_and_its_revoke_wakes_waiters() {
+    let rd = rd().await;
+    let (a, admin, b) = (rd.open().await, rd.open().await, rd.open().await);
+    let lock = unique("kept");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    a.release(&lease, Duration::from_secs(3600)).await.unwrap();
+    assert!(matches!(a.renew(&lease, TTL).await.unwrap(), Renew::Lost(_)), "a kept lease was renewed");
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move { b.changed(&lock, Duration::from_secs(3600)).await })
+    };
+    // Subscribed or not, the waiter returns once the lock is free; the bound is only a backstop.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    admin.revoke(&lock).await.unwrap().expect("a kept lock is held");
+    tokio::time::timeout(conformance::SOON, waiter).await.expect("the revoke never woke the waiter").unwrap();
+    won(&*b, &lock, "b", TTL).await;
+}
+
 /// `?protocol=resp3` is the redis crate's own parameter: the store's answers read the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resp3_connections_when_the_url_asks() {

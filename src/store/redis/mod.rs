@@ -6,8 +6,10 @@
 //! Keys, under a prefix (`?prefix=`, default `leaderrun:`; the lock name follows verbatim,
 //! Redis keys are binary-safe):
 //!
-//! - `{prefix}lock:{name}`: a hash {holder, token, acquired_ms, revoked} whose expiry (PX)
-//!   is the lease. The key exists exactly while the lock is taken.
+//! - `{prefix}lock:{name}`: a hash {holder, token, acquired_ms, revoked, kept} whose expiry
+//!   (PX) is the lease. The key exists exactly while the lock is taken. `revoked`: `leaderrun
+//!   release` asked the holder to stand down; `kept`: the holder's child has exited and the
+//!   lock is only kept for --min-hold, so `leaderrun release` frees it at once.
 //! - `{prefix}token:{name}`: the counter INCR draws fencing tokens from; never expires,
 //!   never deleted, so a token is never handed out twice.
 //! - `{prefix}locks`: a set of every lock name ever taken, for `list`.
@@ -349,7 +351,7 @@ impl Store for RedisStore {
 
     async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
         let mut invocation = self.scripts.revoke.prepare_invoke();
-        invocation.key(self.key("lock", lock)).key(self.key("token", lock)).arg(lock);
+        invocation.key(self.key("lock", lock)).key(self.key("token", lock)).arg(lock).arg(self.channel());
         let value = self.run("revoke", &invocation).await?;
         let before = record(&items(&value)).ok_or_else(|| self.bad_answer("revoke", &value))?;
         Ok(before.is_held().then_some(before))

@@ -30,13 +30,14 @@ pub(super) struct Scripts {
     /// KEYS: lock, token. ARGV: name, identity, token, ttl_ms. Returns {1} or {0, record...}.
     pub(super) renew: Script,
     /// KEYS: lock. ARGV: name, identity, token, keep_ms, channel. Returns 0 (not ours),
-    /// 1 (kept for --min-hold) or 2 (freed).
+    /// 1 (kept for --min-hold: marked `kept`) or 2 (freed).
     pub(super) release: Script,
     /// KEYS: lock, token. ARGV: name. Returns the record.
     pub(super) status: Script,
     /// KEYS: locks set. ARGV: prefix. Returns every record, flattened.
     pub(super) list: Script,
-    /// KEYS: lock, token. ARGV: name. Returns the record before (held = 0: nothing done).
+    /// KEYS: lock, token. ARGV: name, channel. Returns the record before (held = 0: nothing
+    /// done).
     pub(super) revoke: Script,
 }
 
@@ -59,10 +60,12 @@ redis.call('SADD', KEYS[3], ARGV[1])
 return {1, token}
 "#,
             ),
+            // A lease released with a keep was given up: it is never extended again, so that
+            // `revoke` may free it at once (see there).
             renew: script(
                 r#"
-local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'revoked')
-if h[1] == ARGV[2] and h[2] == ARGV[3] and h[3] ~= '1' then
+local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'revoked', 'kept')
+if h[1] == ARGV[2] and h[2] == ARGV[3] and h[3] ~= '1' and h[4] ~= '1' then
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   return {1}
 end
@@ -72,7 +75,8 @@ return r
 "#,
             ),
             // With keep > 0 (--min-hold) the key stays, with its holder, until
-            // acquired_ms + keep if that is still ahead; otherwise it goes, and waiters are told.
+            // acquired_ms + keep if that is still ahead, marked `kept`: its child is gone;
+            // otherwise it goes, and waiters are told.
             release: script(
                 r#"
 local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'acquired_ms')
@@ -81,6 +85,7 @@ if h[1] ~= ARGV[2] or h[2] ~= ARGV[3] then
 end
 local keep_until = tonumber(h[3]) + tonumber(ARGV[4])
 if tonumber(ARGV[4]) > 0 and keep_until > now_ms() then
+  redis.call('HSET', KEYS[1], 'kept', '1')
   redis.call('PEXPIREAT', KEYS[1], string.format('%d', keep_until))
   return 1
 end
@@ -101,13 +106,19 @@ end
 return out
 "#,
             ),
-            // The PX expiry stays as it is: the holder frees the lock once its child is
-            // stopped, or the lease lapses.
+            // A live lease is only marked: its PX expiry stays, and the holder frees the lock
+            // once its child is stopped, or the lease lapses. A lease only kept for --min-hold
+            // has no child and no holder left to free it: it goes at once, and waiters are told.
             revoke: script(
                 r#"
 local r = read(KEYS[1], KEYS[2], ARGV[1])
 if r[2] == 1 then
-  redis.call('HSET', KEYS[1], 'revoked', '1')
+  if redis.call('HGET', KEYS[1], 'kept') == '1' then
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', ARGV[2], ARGV[1])
+  else
+    redis.call('HSET', KEYS[1], 'revoked', '1')
+  end
 end
 return r
 "#,
