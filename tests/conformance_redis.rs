@@ -56,6 +56,50 @@ async fn the_prefix_separates_users_of_one_server() {
     assert_eq!(rd.server.command(&["EXISTS", &key]).unwrap(), ":1\r\n");
 }
 
+/// What a refusal of a server that may evict keys must say: the setting, the fix and the
+/// way to accept the risk, in one line without the password.
+fn assert_eviction_refusal(err: StoreError, needle: &str, password: &str) {
+    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    for part in [needle, "noeviction", "?allow-eviction=1", "***"] {
+        assert!(err.message.contains(part), "{part:?} missing from {:?}", err.message);
+    }
+    assert!(!err.message.contains(password) && !err.message.contains('\n'), "{:?}", err.message);
+}
+
+/// A server that may evict a lease or the token counter is refused, even while its
+/// maxmemory is 0 (as here): a CONFIG SET maxmemory later would arm the policy under a
+/// running holder. The URL may accept the risk; the default server (noeviction) opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_may_evict_is_refused_unless_the_url_accepts_it() {
+    for policy in ["allkeys-lru", "volatile-ttl"] {
+        let server = Redis::start_configured(&["--maxmemory-policy", policy]);
+        let err = open_url(&server.url()).await.err().expect("a server that may evict keys was opened");
+        assert_eviction_refusal(err, &format!("maxmemory-policy is {policy}"), server.password());
+        let store = open_url(&format!("{}?allow-eviction=1", server.url())).await.expect("the risk was accepted");
+        won(&*store, &unique("evicting"), "a", TTL).await;
+    }
+    let rd = rd().await;
+    won(&*rd.open().await, &unique("noeviction"), "a", TTL).await;
+}
+
+/// Where CONFIG is disabled, as managed services often do, the policy is read from INFO;
+/// where INFO is too, the server is refused: a policy nobody can see may be one that evicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_policy_is_read_from_info_where_config_is_disabled() {
+    let no_config = ["--rename-command", "CONFIG", ""];
+    let server = Redis::start_configured(&[&no_config[..], &["--maxmemory-policy", "allkeys-lfu"]].concat());
+    let err = open_url(&server.url()).await.err().expect("a server that may evict keys was opened");
+    assert_eviction_refusal(err, "maxmemory-policy is allkeys-lfu", server.password());
+    let server = Redis::start_configured(&no_config);
+    won(&*open_url(&server.url()).await.expect("noeviction, read from INFO"), &unique("info"), "a", TTL).await;
+
+    let server = Redis::start_configured(&[&no_config[..], &["--rename-command", "INFO", ""]].concat());
+    let err = open_url(&server.url()).await.err().expect("a server whose policy cannot be seen was opened");
+    assert_eviction_refusal(err, "maxmemory-policy cannot be read", server.password());
+    let store = open_url(&format!("{}?allow-eviction=1", server.url())).await.expect("the risk was accepted");
+    won(&*store, &unique("unseen"), "a", TTL).await;
+}
+
 /// A lease released with a keep is given up: it is never renewed again (so that `revoke` may
 /// free it at once), and when `revoke` frees it, a waiter hears of it as of a release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

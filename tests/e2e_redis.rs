@@ -49,6 +49,26 @@ fn an_unknown_url_parameter_is_bad_usage_before_anything_connects() {
     assert!(!sb.exists("ran"));
 }
 
+/// A server that may evict keys is refused before the child starts, as a store that will
+/// not do (69), and for good: `--wait` does not retry it. `?allow-eviction=1` runs.
+#[test]
+fn a_server_that_may_evict_exits_69_in_one_line_even_when_waiting() {
+    let (redis, sb) = (Redis::start_configured(&["--maxmemory-policy", "allkeys-lru"]), Sandbox::new());
+    let child = ["sh", "-c", r#"touch "$D/ran""#];
+    let out = sb.output(sb.at(&redis.url(), &[&["--lock", "evicting", "--wait", "--"][..], &child].concat()));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("maxmemory-policy is allkeys-lru") && err.contains("noeviction"), "{err:?}");
+    assert!(!err.contains(redis.password()), "{err:?}");
+    assert!(!sb.exists("ran"), "nothing runs on a server that may evict the lease");
+
+    let accepted = format!("{}?allow-eviction=1", redis.url());
+    let out = sb.output(sb.at(&accepted, &[&["--lock", "evicting", "--"][..], &child].concat()));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert!(sb.exists("ran"));
+}
+
 #[test]
 fn a_holder_rides_out_a_short_outage() {
     let (redis, sb) = (Redis::start(), Sandbox::new());

@@ -1,7 +1,8 @@
 //! Redis store: `--store redis://[user:pass@]host[:port][/db][?prefix=PREFIX]`, or
 //! `rediss://` for TLS (rustls; the system's CAs unless `?cacert=FILE`, and a client
-//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them). `?protocol=resp3`
-//! is the redis crate's; any other parameter is refused (`target.rs`).
+//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them). `?allow-eviction=1`
+//! opens a server that may evict keys (`eviction.rs`); `?protocol=resp3` is the redis
+//! crate's; any other parameter is refused (`target.rs`).
 //!
 //! Keys, under a prefix (`?prefix=`, default `leaderrun:`; the lock name follows verbatim,
 //! Redis keys are binary-safe):
@@ -14,8 +15,8 @@
 //!   never deleted, so a token is never handed out twice.
 //! - `{prefix}locks`: a set of every lock name ever taken, for `list`.
 //!
-//! Every call is one Lua script, so each is an atomic compare-and-set on the server (A1),
-//! and every timestamp is the server's (`TIME`): no client clock is ever compared with it.
+//! Every call is one Lua script, so each is an atomic compare-and-set on the server, and
+//! every timestamp is the server's (`TIME`): no client clock is ever compared with it.
 //!
 //! What Redis cannot promise, and what to do about it:
 //!
@@ -31,6 +32,8 @@
 //!   acquisition or release, which again could let a second holder in (WAIT would not
 //!   fix this). Use a single primary for leases that matter. Redis Cluster is not
 //!   supported (each script touches keys in more than one slot).
+//! - Under any `maxmemory-policy` but `noeviction` Redis may evict a held lease or the
+//!   token counter: such a server is refused when the store opens (`eviction.rs`).
 //!
 //! Wake-ups: a release (not an expiry) is announced with `PUBLISH {prefix}released <name>`.
 //! A waiter subscribes on a connection of its own (RESP3, so messages arrive as pushes),
@@ -41,9 +44,10 @@
 //! Calls go through one `ConnectionManager` per store, which reconnects by itself after a
 //! server restart (the first call after it fails, as unavailable; the elector retries).
 //!
-//! Commands used: `EVALSHA` and, when the server does not know a script yet,
-//! `SCRIPT LOAD`; waiters add `HELLO 3` and `SUBSCRIBE`. Keys touched: `{prefix}*` only
-//! (an ACL user needs `~{prefix}*` and `&{prefix}released`).
+//! Commands used: `CONFIG GET maxmemory-policy` (or `INFO memory`) when the store opens,
+//! `EVALSHA` and, when the server does not know a script yet, `SCRIPT LOAD`; waiters add
+//! `HELLO 3` and `SUBSCRIBE`. Keys touched: `{prefix}*` only (an ACL user needs
+//! `~{prefix}*`, `&{prefix}released`, and `+config|get` or `+info`).
 //!
 //! A password never appears in a message: messages are built from `url::redact(url)` and
 //! the error's own text, never from the redis crate's connection info.
@@ -62,6 +66,7 @@ use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use scripts::Scripts;
 pub use target::Target;
 
+mod eviction;
 mod scripts;
 mod target;
 
@@ -111,9 +116,11 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Parse the URL and connect once, so that a bad address or password is reported
-    /// here, before anything runs. Redis creates nothing ahead of use, so `access` does
-    /// not matter: looking never writes.
+    /// Connect once, so that a bad address or password is reported here, before anything
+    /// runs, and refuse a server that may evict keys (unless the URL accepts the risk).
+    /// Redis creates nothing ahead of use, so `access` does not matter: looking never
+    /// writes. The policy is checked for every command alike, so that `status` and `init`
+    /// show the same refusal a run would meet.
     pub async fn open(target: &Target, _access: Access) -> Result<Self> {
         let shown = target.shown.clone();
         let client = target.client()?;
@@ -124,6 +131,9 @@ impl RedisStore {
             .set_response_timeout(Some(TIMEOUT))
             .set_number_of_retries(0);
         let conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(|e| error(&shown, e))?;
+        if !target.allow_eviction {
+            eviction::refuse_an_evicting_server(&conn, &shown).await?;
+        }
         Ok(Self { client, conn, pubsub: Mutex::new(None), scripts: Scripts::new(), prefix, shown })
     }
 
