@@ -101,7 +101,12 @@ pub const STORES: &[(&str, &str)] = &[
          fencing token an INCR counter, a release is published to waiters. Redis loses keys on a restart \
          unless it runs with appendonly yes and appendfsync always, and replication is asynchronous: for \
          leases that matter, run it with that persistence and no failover. TLS: rediss:// with the system's CAs \
-         or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
+         or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE. A server whose maxmemory-policy \
+         is not noeviction is refused (exit 69), whatever its maxmemory, as is one that shows its policy \
+         through neither CONFIG GET nor INFO: it may evict a held lease (a second holder starts) or the token \
+         counter (tokens repeat). ?allow-eviction=1 accepts that risk. The policy is read when a run starts: a \
+         change under a running holder is not seen. The database is the path (/2); ?protocol=resp3 is also \
+         taken; any other parameter is refused.",
     ),
     (
         "etcd://[user:pass@]host:2379[,host2:2379...][/prefix] (etcds:// for TLS)",

@@ -16,10 +16,12 @@ use servers::redis::Redis;
 
 struct Rd {
     server: Redis,
+    /// Added to the server's URL by every `open` (e.g. `?protocol=resp3`).
+    params: &'static str,
 }
 
 async fn rd() -> Rd {
-    Rd { server: Redis::start() }
+    Rd { server: Redis::start(), params: "" }
 }
 
 async fn open_url(url: &str) -> Result<Arc<dyn Store>, StoreError> {
@@ -29,7 +31,7 @@ async fn open_url(url: &str) -> Result<Arc<dyn Store>, StoreError> {
 #[async_trait]
 impl Harness for Rd {
     async fn open(&self) -> Arc<dyn Store> {
-        open_url(&self.server.url()).await.expect("open the Redis store")
+        open_url(&format!("{}{}", self.server.url(), self.params)).await.expect("open the Redis store")
     }
 
     async fn restart(&self) {
@@ -54,6 +56,81 @@ async fn the_prefix_separates_users_of_one_server() {
     assert_eq!(rd.server.command(&["EXISTS", &key]).unwrap(), ":1\r\n");
 }
 
+/// What a refusal of a server that may evict keys must say: the setting, the fix and the
+/// way to accept the risk, in one line without the password.
+fn assert_eviction_refusal(err: StoreError, needle: &str, password: &str) {
+    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    for part in [needle, "noeviction", "?allow-eviction=1", "***"] {
+        assert!(err.message.contains(part), "{part:?} missing from {:?}", err.message);
+    }
+    assert!(!err.message.contains(password) && !err.message.contains('\n'), "{:?}", err.message);
+}
+
+/// A server that may evict a lease or the token counter is refused, even while its
+/// maxmemory is 0 (as here): a CONFIG SET maxmemory later would arm the policy under a
+/// running holder. The URL may accept the risk; the default server (noeviction) opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_may_evict_is_refused_unless_the_url_accepts_it() {
+    for policy in ["allkeys-lru", "volatile-ttl"] {
+        let server = Redis::start_configured(&["--maxmemory-policy", policy]);
+        let err = open_url(&server.url()).await.err().expect("a server that may evict keys was opened");
+        assert_eviction_refusal(err, &format!("maxmemory-policy is {policy}"), server.password());
+        let store = open_url(&format!("{}?allow-eviction=1", server.url())).await.expect("the risk was accepted");
+        won(&*store, &unique("evicting"), "a", TTL).await;
+    }
+    let rd = rd().await;
+    won(&*rd.open().await, &unique("noeviction"), "a", TTL).await;
+}
+
+/// Where CONFIG is disabled, as managed services often do, the policy is read from INFO;
+/// where INFO is too, the server is refused: a policy nobody can see may be one that evicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_policy_is_read_from_info_where_config_is_disabled() {
+    let no_config = ["--rename-command", "CONFIG", ""];
+    let server = Redis::start_configured(&[&no_config[..], &["--maxmemory-policy", "allkeys-lfu"]].concat());
+    let err = open_url(&server.url()).await.err().expect("a server that may evict keys was opened");
+    assert_eviction_refusal(err, "maxmemory-policy is allkeys-lfu", server.password());
+    let server = Redis::start_configured(&no_config);
+    won(&*open_url(&server.url()).await.expect("noeviction, read from INFO"), &unique("info"), "a", TTL).await;
+
+    let server = Redis::start_configured(&[&no_config[..], &["--rename-command", "INFO", ""]].concat());
+    let err = open_url(&server.url()).await.err().expect("a server whose policy cannot be seen was opened");
+    assert_eviction_refusal(err, "maxmemory-policy cannot be read", server.password());
+    let store = open_url(&format!("{}?allow-eviction=1", server.url())).await.expect("the risk was accepted");
+    won(&*store, &unique("unseen"), "a", TTL).await;
+}
+
+/// A lease released with a keep is given up: it is never renewed again (so that `revoke` may
+/// free it at once), and when `revoke` frees it, a waiter hears of it as of a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kept_lease_is_not_renewed_and_its_revoke_wakes_waiters() {
+    let rd = rd().await;
+    let (a, admin, b) = (rd.open().await, rd.open().await, rd.open().await);
+    let lock = unique("kept");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    a.release(&lease, Duration::from_secs(3600)).await.unwrap();
+    assert!(matches!(a.renew(&lease, TTL).await.unwrap(), Renew::Lost(_)), "a kept lease was renewed");
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move { b.changed(&lock, Duration::from_secs(3600)).await })
+    };
+    // Subscribed or not, the waiter returns once the lock is free; the bound is only a backstop.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    admin.revoke(&lock).await.unwrap().expect("a kept lock is held");
+    tokio::time::timeout(conformance::SOON, waiter).await.expect("the revoke never woke the waiter").unwrap();
+    won(&*b, &lock, "b", TTL).await;
+}
+
+/// `?protocol=resp3` is the redis crate's own parameter: the store's answers read the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resp3_connections_when_the_url_asks() {
+    let rd = Rd { server: Redis::start(), params: "?protocol=resp3" };
+    conformance::renew_by_the_holder_only(&rd).await;
+    conformance::release_with_keep_holds_until_then(&rd).await;
+    conformance::status_list_and_revoke_agree(&rd).await;
+    conformance::a_release_wakes_a_waiter(&rd).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn errors_say_what_went_wrong_without_the_password() {
     let rd = rd().await;
@@ -75,8 +152,10 @@ async fn errors_say_what_went_wrong_without_the_password() {
         "cacert=/nonexistent",
         rd.server.password(),
     );
+    // A URL that is wrong in itself is bad usage, refused before anything connects.
     let files_without_tls = format!("redis://:{}@127.0.0.1:{port}/0?cacert=/ca.pem", rd.server.password());
-    check(open_url(&files_without_tls).await.err().unwrap(), ErrorKind::Refused, "rediss://", rd.server.password());
+    let err = StoreSpec::from_url(&files_without_tls).err().unwrap();
+    assert!(err.contains("rediss://") && err.contains("***") && !err.contains(rd.server.password()), "{err}");
 
     let closed = servers::free_port();
     let url = format!("redis://:{}@127.0.0.1:{closed}/0", rd.server.password());
@@ -127,12 +206,9 @@ async fn tls_errors_say_what_went_wrong_without_the_password() {
     check(open_url(&base).await.err().unwrap(), ErrorKind::Refused, "invalid peer certificate");
     // The server asks for a client certificate and none is shown.
     check(open_url(&format!("{base}?cacert={ca}")).await.err().unwrap(), ErrorKind::Refused, "TLS");
-    // Half a client certificate.
-    check(
-        open_url(&format!("{base}?cacert={ca}&cert={}", cert.display())).await.err().unwrap(),
-        ErrorKind::Refused,
-        "go together",
-    );
+    // Half a client certificate: bad usage, refused before anything connects.
+    let err = StoreSpec::from_url(&format!("{base}?cacert={ca}&cert={}", cert.display())).err().unwrap();
+    assert!(err.contains("go together") && err.contains("***") && !err.contains(&password), "{err}");
     // TLS spoken to the plain port: the handshake never completes.
     let plain = format!(
         "rediss://:{password}@127.0.0.1:{}/0?cacert={ca}&cert={}&key={}",

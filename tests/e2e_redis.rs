@@ -36,6 +36,40 @@ fn a_wrong_password_exits_69_without_showing_it() {
 }
 
 #[test]
+fn an_unknown_url_parameter_is_bad_usage_before_anything_connects() {
+    let sb = Sandbox::new();
+    // Port 1 is closed: a connection attempt would end in 69, not 2.
+    let url = "redis://:Hunter2-Secret@127.0.0.1:1/?bogus=1";
+    let out = sb.output(sb.at(url, &["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("?bogus=") && err.contains("known: prefix"), "{err:?}");
+    assert!(!err.contains("Hunter2-Secret"), "{err:?}");
+    assert!(!sb.exists("ran"));
+}
+
+/// A server that may evict keys is refused before the child starts, as a store that will
+/// not do (69), and for good: `--wait` does not retry it. `?allow-eviction=1` runs.
+#[test]
+fn a_server_that_may_evict_exits_69_in_one_line_even_when_waiting() {
+    let (redis, sb) = (Redis::start_configured(&["--maxmemory-policy", "allkeys-lru"]), Sandbox::new());
+    let child = ["sh", "-c", r#"touch "$D/ran""#];
+    let out = sb.output(sb.at(&redis.url(), &[&["--lock", "evicting", "--wait", "--"][..], &child].concat()));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("maxmemory-policy is allkeys-lru") && err.contains("noeviction"), "{err:?}");
+    assert!(!err.contains(redis.password()), "{err:?}");
+    assert!(!sb.exists("ran"), "nothing runs on a server that may evict the lease");
+
+    let accepted = format!("{}?allow-eviction=1", redis.url());
+    let out = sb.output(sb.at(&accepted, &[&["--lock", "evicting", "--"][..], &child].concat()));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert!(sb.exists("ran"));
+}
+
+#[test]
 fn a_holder_rides_out_a_short_outage() {
     let (redis, sb) = (Redis::start(), Sandbox::new());
     assert_holder_rides_out_an_outage(

@@ -20,24 +20,32 @@ pub struct Redis {
     server: ServerProcess,
     /// With `start_tls`: the certificates, and a second port that speaks only TLS.
     tls: Option<(super::tls::Certs, AtomicU16)>,
+    /// With `start_configured`: settings added to the command line.
+    settings: Vec<String>,
 }
 
 impl Redis {
     /// Start a server; panics with the reason if it cannot.
     pub fn start() -> Self {
-        Self::start_with(None)
+        Self::start_with(None, &[])
+    }
+
+    /// Start a server with more settings, e.g. `["--maxmemory-policy", "allkeys-lru"]`.
+    pub fn start_configured(settings: &[&str]) -> Self {
+        Self::start_with(None, settings)
     }
 
     /// Start a server that also listens for TLS (see `tls_url`), with certificates of a
     /// throw-away CA.
     pub fn start_tls() -> Self {
-        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))))
+        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))), &[])
     }
 
-    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>) -> Self {
+    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>, settings: &[&str]) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-redis-").tempdir().expect("create a temp dir");
         let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
-        let redis = Self { dir, port: AtomicU16::new(0), password, server: ServerProcess::default(), tls };
+        let settings = settings.iter().map(|s| s.to_string()).collect();
+        let redis = Self { dir, port: AtomicU16::new(0), password, server: ServerProcess::default(), tls, settings };
         let pick_ports = || {
             redis.port.store(super::free_port(), Ordering::SeqCst);
             if let Some((_, tls_port)) = &redis.tls {
@@ -134,6 +142,7 @@ impl Redis {
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
             .args(&tls_args)
             .args(["--appendonly", "yes", "--appendfsync", "always", "--requirepass", &self.password])
+            .args(&self.settings)
             .arg("--dir")
             .arg(self.dir.path())
             .current_dir(self.dir.path())

@@ -1,18 +1,22 @@
 //! Redis store: `--store redis://[user:pass@]host[:port][/db][?prefix=PREFIX]`, or
 //! `rediss://` for TLS (rustls; the system's CAs unless `?cacert=FILE`, and a client
-//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them).
+//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them). `?allow-eviction=1`
+//! opens a server that may evict keys (`eviction.rs`); `?protocol=resp3` is the redis
+//! crate's; any other parameter is refused (`target.rs`).
 //!
 //! Keys, under a prefix (`?prefix=`, default `leaderrun:`; the lock name follows verbatim,
 //! Redis keys are binary-safe):
 //!
-//! - `{prefix}lock:{name}`: a hash {holder, token, acquired_ms, revoked} whose expiry (PX)
-//!   is the lease. The key exists exactly while the lock is taken.
+//! - `{prefix}lock:{name}`: a hash {holder, token, acquired_ms, revoked, kept} whose expiry
+//!   (PX) is the lease. The key exists exactly while the lock is taken. `revoked`: `leaderrun
+//!   release` asked the holder to stand down; `kept`: the holder's child has exited and the
+//!   lock is only kept for --min-hold, so `leaderrun release` frees it at once.
 //! - `{prefix}token:{name}`: the counter INCR draws fencing tokens from; never expires,
 //!   never deleted, so a token is never handed out twice.
 //! - `{prefix}locks`: a set of every lock name ever taken, for `list`.
 //!
-//! Every call is one Lua script, so each is an atomic compare-and-set on the server (A1),
-//! and every timestamp is the server's (`TIME`): no client clock is ever compared with it.
+//! Every call is one Lua script, so each is an atomic compare-and-set on the server, and
+//! every timestamp is the server's (`TIME`): no client clock is ever compared with it.
 //!
 //! What Redis cannot promise, and what to do about it:
 //!
@@ -28,6 +32,8 @@
 //!   acquisition or release, which again could let a second holder in (WAIT would not
 //!   fix this). Use a single primary for leases that matter. Redis Cluster is not
 //!   supported (each script touches keys in more than one slot).
+//! - Under any `maxmemory-policy` but `noeviction` Redis may evict a held lease or the
+//!   token counter: such a server is refused when the store opens (`eviction.rs`).
 //!
 //! Wake-ups: a release (not an expiry) is announced with `PUBLISH {prefix}released <name>`.
 //! A waiter subscribes on a connection of its own (RESP3, so messages arrive as pushes),
@@ -38,9 +44,10 @@
 //! Calls go through one `ConnectionManager` per store, which reconnects by itself after a
 //! server restart (the first call after it fails, as unavailable; the elector retries).
 //!
-//! Commands used: `EVALSHA` and, when the server does not know a script yet,
-//! `SCRIPT LOAD`; waiters add `HELLO 3` and `SUBSCRIBE`. Keys touched: `{prefix}*` only
-//! (an ACL user needs `~{prefix}*` and `&{prefix}released`).
+//! Commands used: `CONFIG GET maxmemory-policy` (or `INFO memory`) when the store opens,
+//! `EVALSHA` and, when the server does not know a script yet, `SCRIPT LOAD`; waiters add
+//! `HELLO 3` and `SUBSCRIBE`. Keys touched: `{prefix}*` only (an ACL user needs
+//! `~{prefix}*`, `&{prefix}released`, and `+config|get` or `+info`).
 //!
 //! A password never appears in a message: messages are built from `url::redact(url)` and
 //! the error's own text, never from the redis crate's connection info.
@@ -49,13 +56,19 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
 use super::release_feed::{self, Heard, ReleaseFeed};
-use super::url::{redact, Access, TlsFiles};
+use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use scripts::Scripts;
+pub use target::Target;
+
+mod eviction;
+mod scripts;
+mod target;
 
 /// The key prefix used unless the URL says `?prefix=`.
 pub const DEFAULT_PREFIX: &str = "leaderrun:";
@@ -66,195 +79,6 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How often a waiter re-reads the lock while it cannot subscribe.
 const POLL: Duration = Duration::from_millis(250);
-
-/// Returns a lock's record as a flat array:
-/// {name, held (0/1), holder, token, acquired_ms, ms left, revoked (0/1)}.
-/// KEYS: lock key, token key. ARGV[1]: the lock name.
-const READ: &str = r#"
-local function read(lock_key, token_key, name)
-  local h = redis.call('HMGET', lock_key, 'holder', 'token', 'acquired_ms', 'revoked')
-  if not h[1] then
-    return {name, 0, '', tonumber(redis.call('GET', token_key) or '0'), 0, 0, 0}
-  end
-  local revoked = 0
-  if h[4] == '1' then revoked = 1 end
-  return {name, 1, h[1], tonumber(h[2]), tonumber(h[3]), redis.call('PTTL', lock_key), revoked}
-end
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-"#;
-
-/// The scripts, each one atomic step on the server.
-struct Scripts {
-    /// KEYS: lock, token, locks set. ARGV: name, identity, ttl_ms.
-    /// Returns {1, token} when won, else {0, record...}.
-    acquire: Script,
-    /// KEYS: lock, token. ARGV: name, identity, token, ttl_ms. Returns {1} or {0, record...}.
-    renew: Script,
-    /// KEYS: lock. ARGV: name, identity, token, keep_ms, channel. Returns 0 (not ours),
-    /// 1 (kept for --min-hold) or 2 (freed).
-    release: Script,
-    /// KEYS: lock, token. ARGV: name. Returns the record.
-    status: Script,
-    /// KEYS: locks set. ARGV: prefix. Returns every record, flattened.
-    list: Script,
-    /// KEYS: lock, token. ARGV: name. Returns the record before (held = 0: nothing done).
-    revoke: Script,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        let script = |body: &str| Script::new(&format!("{READ}\n{body}"));
-        Self {
-            acquire: script(
-                r#"
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local r = read(KEYS[1], KEYS[2], ARGV[1])
-  table.insert(r, 1, 0)
-  return r
-end
-local token = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'token', string.format('%d', token),
-  'acquired_ms', string.format('%d', now_ms()), 'revoked', '0')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('SADD', KEYS[3], ARGV[1])
-return {1, token}
-"#,
-            ),
-            renew: script(
-                r#"
-local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'revoked')
-if h[1] == ARGV[2] and h[2] == ARGV[3] and h[3] ~= '1' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  return {1}
-end
-local r = read(KEYS[1], KEYS[2], ARGV[1])
-table.insert(r, 1, 0)
-return r
-"#,
-            ),
-            // With keep > 0 (--min-hold) the key stays, with its holder, until
-            // acquired_ms + keep if that is still ahead; otherwise it goes, and waiters are told.
-            release: script(
-                r#"
-local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'acquired_ms')
-if h[1] ~= ARGV[2] or h[2] ~= ARGV[3] then
-  return 0
-end
-local keep_until = tonumber(h[3]) + tonumber(ARGV[4])
-if tonumber(ARGV[4]) > 0 and keep_until > now_ms() then
-  redis.call('PEXPIREAT', KEYS[1], string.format('%d', keep_until))
-  return 1
-end
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[5], ARGV[1])
-return 2
-"#,
-            ),
-            status: script("return read(KEYS[1], KEYS[2], ARGV[1])"),
-            list: script(
-                r#"
-local out = {}
-for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  for _, v in ipairs(read(ARGV[1] .. 'lock:' .. name, ARGV[1] .. 'token:' .. name, name)) do
-    table.insert(out, v)
-  end
-end
-return out
-"#,
-            ),
-            // The PX expiry stays as it is: the holder frees the lock once its child is
-            // stopped, or the lease lapses.
-            revoke: script(
-                r#"
-local r = read(KEYS[1], KEYS[2], ARGV[1])
-if r[2] == 1 then
-  redis.call('HSET', KEYS[1], 'revoked', '1')
-end
-return r
-"#,
-            ),
-        }
-    }
-}
-
-/// The parts of a Redis URL that are leaderrun's, not the redis crate's.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Extras {
-    prefix: String,
-    /// `cacert=`: trust this CA (PEM) instead of the system's; `cert=` and `key=`: a client
-    /// certificate and its key (PEM), for servers that ask (as redis-cli names them).
-    tls: TlsFiles,
-}
-
-/// Split leaderrun's own parameters (`prefix=`, `cacert=`, `cert=`, `key=`) off the URL;
-/// the rest goes to the redis crate.
-fn split_url(url: &str) -> (String, Extras) {
-    let (url, fragment) = match url.split_once('#') {
-        Some((url, fragment)) => (url, format!("#{fragment}")),
-        None => (url, String::new()),
-    };
-    let mut extras = Extras { prefix: DEFAULT_PREFIX.to_string(), ..Extras::default() };
-    let Some((base, query)) = url.split_once('?') else {
-        return (format!("{url}{fragment}"), extras);
-    };
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let taken = match pair.split_once('=') {
-            Some(("prefix", value)) => {
-                extras.prefix = value.to_string();
-                true
-            }
-            Some((key, value)) => extras.tls.take(key, value),
-            None => false,
-        };
-        if !taken {
-            kept.push(pair);
-        }
-    }
-    let query = if kept.is_empty() { String::new() } else { format!("?{}", kept.join("&")) };
-    (format!("{base}{query}{fragment}"), extras)
-}
-
-/// A `redis://` or `rediss://` URL, parsed once while the command line is checked.
-#[derive(Clone)]
-pub struct Target {
-    /// The URL without its password, for messages.
-    pub shown: String,
-    /// The URL the redis crate is given (leaderrun's own parameters taken out).
-    redis_url: String,
-    extras: Extras,
-}
-
-impl Target {
-    /// Split leaderrun's parameters off and check the rest with the redis crate's parser.
-    pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        let (redis_url, extras) = split_url(url);
-        redis::parse_redis_url(&redis_url).ok_or("not a valid Redis URL (expected redis://[user]:pass@host:6379/0)")?;
-        Ok(Self { shown: redact(url), redis_url, extras })
-    }
-}
-
-/// A client for the URL: with the CA and client certificate of `extras` when given.
-fn client(redis_url: &str, extras: &Extras, shown: &str) -> Result<Client> {
-    let refused = |why: String| StoreError::refused(format!("Redis store {shown}: {why}"));
-    let invalid = |e: RedisError| refused(format!("invalid URL: {}", describe(&e)));
-    let files = &extras.tls;
-    if *files == TlsFiles::default() {
-        return Client::open(redis_url).map_err(invalid);
-    }
-    files.check(redis_url.to_ascii_lowercase().starts_with("rediss:"), "a rediss:// URL").map_err(refused)?;
-    let read = |param: &str, path: &Option<String>| super::read_url_file("Redis", shown, param, path.as_deref());
-    let (root_cert, cert, key) = (read("cacert", &files.cacert)?, read("cert", &files.cert)?, read("key", &files.key)?);
-    // check() made sure that cert= and key= come together.
-    let client_tls = match (cert, key) {
-        (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig { client_cert, client_key }),
-        _ => None,
-    };
-    Client::build_with_tls(redis_url, redis::TlsCertificates { client_tls, root_cert }).map_err(invalid)
-}
 
 /// A connection subscribed to `{prefix}released`, and the messages it received.
 struct Subscription {
@@ -292,19 +116,24 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Parse the URL and connect once, so that a bad address or password is reported
-    /// here, before anything runs. Redis creates nothing ahead of use, so `access` does
-    /// not matter: looking never writes.
+    /// Connect once, so that a bad address or password is reported here, before anything
+    /// runs, and refuse a server that may evict keys (unless the URL accepts the risk).
+    /// Redis creates nothing ahead of use, so `access` does not matter: looking never
+    /// writes. The policy is checked for every command alike, so that `status` and `init`
+    /// show the same refusal a run would meet.
     pub async fn open(target: &Target, _access: Access) -> Result<Self> {
         let shown = target.shown.clone();
-        let client = client(&target.redis_url, &target.extras, &shown)?;
-        let prefix = target.extras.prefix.clone();
+        let client = target.client()?;
+        let prefix = target.prefix.clone();
         // One attempt per reconnection: the elector retries failed calls on its own schedule.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(TIMEOUT))
             .set_response_timeout(Some(TIMEOUT))
             .set_number_of_retries(0);
         let conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(|e| error(&shown, e))?;
+        if !target.allow_eviction {
+            eviction::refuse_an_evicting_server(&conn, &shown).await?;
+        }
         Ok(Self { client, conn, pubsub: Mutex::new(None), scripts: Scripts::new(), prefix, shown })
     }
 
@@ -532,7 +361,7 @@ impl Store for RedisStore {
 
     async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
         let mut invocation = self.scripts.revoke.prepare_invoke();
-        invocation.key(self.key("lock", lock)).key(self.key("token", lock)).arg(lock);
+        invocation.key(self.key("lock", lock)).key(self.key("token", lock)).arg(lock).arg(self.channel());
         let value = self.run("revoke", &invocation).await?;
         let before = record(&items(&value)).ok_or_else(|| self.bad_answer("revoke", &value))?;
         Ok(before.is_held().then_some(before))
@@ -551,23 +380,6 @@ impl Store for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn url_splitting() {
-        let prefix = |p: &str| Extras { prefix: p.into(), ..Extras::default() };
-        assert_eq!(split_url("redis://:p@h:6379/2"), ("redis://:p@h:6379/2".into(), prefix(DEFAULT_PREFIX)));
-        assert_eq!(split_url("redis://h?prefix=team-b:"), ("redis://h".into(), prefix("team-b:")));
-        assert_eq!(
-            split_url("rediss://h/1?protocol=resp3&prefix=x#insecure"),
-            ("rediss://h/1?protocol=resp3#insecure".into(), prefix("x"))
-        );
-        let (url, extras) = split_url("rediss://h?cacert=/ca.pem&cert=/c.pem&key=/k.pem");
-        assert_eq!(url, "rediss://h");
-        assert_eq!(
-            (extras.tls.cacert.as_deref(), extras.tls.cert.as_deref(), extras.tls.key.as_deref()),
-            (Some("/ca.pem"), Some("/c.pem"), Some("/k.pem"))
-        );
-    }
 
     #[test]
     fn records() {

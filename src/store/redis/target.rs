@@ -1,0 +1,221 @@
+//! The `redis://` URL, parsed once while the command line is checked. Every parameter is
+//! one leaderrun knows or one the redis crate reads; anything else is refused, so that a
+//! misspelt `?cacrt=` cannot silently leave the CA unused, nor a `?db=2` (which the crate
+//! ignores: the database is the path) silently use database 0.
+
+use redis::{Client, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisError};
+
+use super::{describe, DEFAULT_PREFIX};
+use crate::store::url::{redact, TlsFiles};
+use crate::store::{Result, StoreError};
+
+/// The parameters a Redis URL takes, for the message that refuses any other.
+const KNOWN: &str = "prefix, allow-eviction, cacert, cert, key, protocol";
+
+/// A `redis://` or `rediss://` URL, parsed once while the command line is checked.
+///
+/// Deliberately without Debug: `connection` holds the password.
+#[derive(Clone)]
+pub struct Target {
+    /// The URL without its password, for messages.
+    pub shown: String,
+    /// Host, port, TLS or not, user, password, database and protocol, as the redis crate
+    /// takes them (boxed: it is large, and `StoreSpec` holds one target of any store).
+    connection: Box<ConnectionInfo>,
+    /// `prefix=`: the start of every key leaderrun writes (default `leaderrun:`).
+    pub(super) prefix: String,
+    /// `cacert=`: trust this CA (PEM) instead of the system's; `cert=` and `key=`: a client
+    /// certificate and its key (PEM), for servers that ask (as redis-cli names them).
+    tls: TlsFiles,
+    /// `allow-eviction=1`: open even a server that may evict keys (see `eviction.rs`).
+    pub(super) allow_eviction: bool,
+}
+
+impl Target {
+    /// Parse the URL; the error is one line that never contains the password (the caller
+    /// adds the redacted URL).
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        let (url_part, fragment) = match url.split_once('#') {
+            Some((url_part, fragment)) => (url_part, Some(fragment)),
+            None => (url, None),
+        };
+        // The fragment is not repeated: it may be the rest of a password with a bare '#'.
+        match fragment {
+            None => {}
+            Some("insecure") => {
+                return Err("#insecure (TLS without checking the server's certificate) is not supported; \
+                            give the server's CA with ?cacert=FILE"
+                    .into())
+            }
+            Some(_) => return Err("a Redis URL takes no #fragment (a '#' in a password is written %23)".into()),
+        }
+        let (base, query) = url_part.split_once('?').unwrap_or((url_part, ""));
+        let mut target = Self {
+            shown: redact(url),
+            connection: Box::new(connection_info(base)?),
+            prefix: DEFAULT_PREFIX.to_string(),
+            tls: TlsFiles::default(),
+            allow_eviction: false,
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if seen.contains(&key) {
+                return Err(format!("?{key}= is given twice"));
+            }
+            seen.push(key);
+            match key {
+                "prefix" => target.prefix = value.to_string(),
+                "allow-eviction" => target.allow_eviction = flag(key, value)?,
+                "protocol" => {
+                    let settings = target.connection.redis_settings().clone().set_protocol(protocol(value)?);
+                    target.connection = Box::new(target.connection.set_redis_settings(settings));
+                }
+                "db" => {
+                    return Err(format!(
+                        "unknown parameter ?db= (known: {KNOWN}); the database number is the path: redis://host:6379/N"
+                    ))
+                }
+                _ if target.tls.take(key, value) => {
+                    if value.is_empty() {
+                        return Err(format!("?{key}= names no file"));
+                    }
+                }
+                _ => return Err(format!("unknown parameter ?{key}= (known: {KNOWN})")),
+            }
+        }
+        let tls = matches!(target.connection.addr(), redis::ConnectionAddr::TcpTls { .. });
+        target.tls.check(tls, "a rediss:// URL")?;
+        Ok(target)
+    }
+
+    /// The redis crate's client for this target: with the CA and client certificate of the
+    /// URL when it names them (the files are read now, not while parsing).
+    pub(super) fn client(&self) -> Result<Client> {
+        let refused = |why: String| StoreError::refused(format!("Redis store {}: {why}", self.shown));
+        let invalid = |e: RedisError| refused(format!("invalid URL: {}", describe(&e)));
+        let files = &self.tls;
+        if *files == TlsFiles::default() {
+            return Client::open(*self.connection.clone()).map_err(invalid);
+        }
+        let read = |param: &str, path: &Option<String>| {
+            crate::store::read_url_file("Redis", &self.shown, param, path.as_deref())
+        };
+        let (root_cert, cert, key) =
+            (read("cacert", &files.cacert)?, read("cert", &files.cert)?, read("key", &files.key)?);
+        // parse() made sure that cert= and key= come together.
+        let client_tls = match (cert, key) {
+            (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig { client_cert, client_key }),
+            _ => None,
+        };
+        Client::build_with_tls(*self.connection.clone(), redis::TlsCertificates { client_tls, root_cert })
+            .map_err(invalid)
+    }
+}
+
+/// Where to connect, from the URL without its query and fragment: the redis crate's own
+/// parser (host, port, TLS, user, password), with the database number checked here first,
+/// since the crate would take `/-1` and leave it to the server to refuse.
+fn connection_info(base: &str) -> std::result::Result<ConnectionInfo, String> {
+    let url = redis::parse_redis_url(base).ok_or("not a valid Redis URL (expected redis://[user]:pass@host:6379/0)")?;
+    let db = url.path().trim_matches('/');
+    if !db.is_empty() && db.parse::<u32>().is_err() {
+        return Err("the path is the database number, 0 or more (redis://host:6379/0)".into());
+    }
+    // The crate's messages name what is wrong (no host, a wildcard address, a user name or
+    // password that is not UTF-8), never the password itself; the kind after " - " is noise.
+    url.into_connection_info().map_err(|e| {
+        let text = e.to_string();
+        format!("not a valid Redis URL: {}", text.split(" - ").next().unwrap_or(&text))
+    })
+}
+
+/// `protocol=`: the RESP version of the store's connections, as the redis crate reads it.
+fn protocol(value: &str) -> std::result::Result<ProtocolVersion, String> {
+    match value {
+        "2" | "resp2" => Ok(ProtocolVersion::RESP2),
+        "3" | "resp3" => Ok(ProtocolVersion::RESP3),
+        _ => Err(format!("?protocol={value} is not a protocol (resp2 or resp3)")),
+    }
+}
+
+/// A yes/no parameter: bare (`?allow-eviction`), 1 or true is yes; 0 or false is no.
+fn flag(key: &str, value: &str) -> std::result::Result<bool, String> {
+    match value {
+        "" | "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err(format!("?{key}= takes 1 or 0")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> std::result::Result<Target, String> {
+        Target::parse(url)
+    }
+
+    #[test]
+    fn leaderrun_parameters_are_taken_off() {
+        let target = parse("redis://:p@h:6379/2").unwrap();
+        assert_eq!((target.prefix.as_str(), target.allow_eviction), (DEFAULT_PREFIX, false));
+        assert_eq!(target.connection.redis_settings().db(), 2);
+        assert_eq!(target.connection.redis_settings().password(), Some("p"));
+        assert_eq!(parse("redis://h?prefix=team-b:").unwrap().prefix, "team-b:");
+        assert_eq!(parse("redis://h?prefix=").unwrap().prefix, "");
+        assert!(parse("redis://h/?allow-eviction=1").unwrap().allow_eviction);
+        assert!(parse("redis://h/?allow-eviction").unwrap().allow_eviction);
+        assert!(!parse("redis://h/?allow-eviction=0").unwrap().allow_eviction);
+        let target = parse("rediss://h?cacert=/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
+        assert_eq!(
+            (target.tls.cacert.as_deref(), target.tls.cert.as_deref(), target.tls.key.as_deref()),
+            (Some("/ca.pem"), Some("/c.pem"), Some("/k.pem"))
+        );
+    }
+
+    #[test]
+    fn the_redis_crates_own_settings() {
+        let settings = |url| parse(url).unwrap().connection.redis_settings().clone();
+        assert_eq!(settings("redis://h/1?protocol=resp3").protocol(), ProtocolVersion::RESP3);
+        assert_eq!(settings("redis://h?protocol=3").protocol(), ProtocolVersion::RESP3);
+        assert_eq!(settings("redis://h?protocol=resp2").protocol(), ProtocolVersion::RESP2);
+        assert_eq!(settings("redis://h").protocol(), ProtocolVersion::RESP2);
+        assert_eq!(settings("redis://u:p%40ss@h").password(), Some("p@ss"));
+        assert_eq!(settings("redis://u:p%40ss@h").username(), Some("u"));
+        assert_eq!(settings("redis://h/").db(), 0);
+        let addr = |url| parse(url).unwrap().connection.addr().clone();
+        assert!(matches!(addr("rediss://h:7000"), redis::ConnectionAddr::TcpTls { port: 7000, insecure: false, .. }));
+        assert!(matches!(addr("redis://[::1]"), redis::ConnectionAddr::Tcp(host, 6379) if host == "::1"));
+    }
+
+    #[test]
+    fn anything_else_is_refused_in_one_line_without_the_password() {
+        let refused = |url: &str, needle: &str| {
+            let err = parse(url).err().unwrap_or_else(|| panic!("{url} was accepted"));
+            assert!(err.contains(needle), "{needle:?} missing from {err:?}");
+            assert!(!err.contains("hunter2") && !err.contains('\n'), "{err:?}");
+        };
+        let known = "(known: prefix, allow-eviction, cacert, cert, key, protocol)";
+        refused("redis://:hunter2@h/0?bogus=1", &format!("unknown parameter ?bogus= {known}"));
+        refused("redis://:hunter2@h/0?cacrt=/ca.pem", "unknown parameter ?cacrt=");
+        refused("redis://:hunter2@h/0?Prefix=x", "unknown parameter ?Prefix=");
+        refused("redis://:hunter2@h/0?password=hunter2", "unknown parameter ?password=");
+        refused("redis://:hunter2@h?db=2", "the database number is the path");
+        refused("redis://:hunter2@h/x", "the path is the database number");
+        refused("redis://:hunter2@h/-1", "the path is the database number");
+        refused("redis://:hunter2@h/0/1", "the path is the database number");
+        refused("redis://:hunter2@h?protocol=4", "?protocol=4 is not a protocol (resp2 or resp3)");
+        refused("redis://:hunter2@h?allow-eviction=yes-please", "?allow-eviction= takes 1 or 0");
+        refused("redis://:hunter2@h?prefix=a&prefix=b", "?prefix= is given twice");
+        refused("rediss://:hunter2@h?cacert=", "?cacert= names no file");
+        refused("redis://:hunter2@h?cacert=/ca.pem", "need TLS (a rediss:// URL)");
+        refused("rediss://:hunter2@h?cert=/c.pem", "cert= and key= go together");
+        refused("rediss://:hunter2@h/0#insecure", "#insecure");
+        refused("redis://:hunt#er2@h/0", "takes no #fragment");
+        refused("redis://:hunter2@0.0.0.0/0", "wildcard address");
+        refused("redis://:hunter2@h:99999/0", "not a valid Redis URL");
+        refused("redis://:hunter2@/0", "not a valid Redis URL");
+        refused("redis://:hunter2%ff@h/0", "not valid UTF-8");
+    }
+}
