@@ -264,6 +264,13 @@ pub fn redact(url: &str) -> String {
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
+    // A password written with an unescaped '/', '?' or '#' ends the authority early: mask
+    // everything up to the last '@' instead (more than needed, perhaps, never less).
+    if !authority.contains('@') {
+        if let Some(at) = rest.rfind('@') {
+            return format!("{scheme}://***@{}", redact_query(&rest[at + 1..]));
+        }
+    }
     // NATS takes a bare token as the user info (`nats://TOKEN@host`): all of it is secret.
     let bare_secret = scheme.eq_ignore_ascii_case("nats");
     match authority.rsplit_once('@') {
@@ -450,6 +457,10 @@ mod tests {
         assert_eq!(redact("redis://:p%40ss@h"), "redis://:***@h");
         assert_eq!(redact("postgres://h/db?user=u&password=hunter2"), "postgres://h/db?user=u&password=***");
         assert_eq!(redact("sqlite:///a/b.db"), "sqlite:///a/b.db");
+        for url in ["redis://:pa#ss@h", "redis://:pa/ss@h/0", "postgres://u:p?w@h/db"] {
+            let shown = redact(url);
+            assert!(!shown.contains("pa") && !shown.contains("p?w") && shown.contains("***@h"), "{url}: {shown}");
+        }
         assert_eq!(percent_decode("p%40ss%2Fw%3Ad"), "p@ss/w:d");
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
