@@ -497,6 +497,17 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         ("unknown scheme with a password", "foo://user:hunter2@host/x", vec!["foo"]),
         ("not a URL", "just-a-word", vec!["--store"]),
         ("sqlite URL naming no file", "sqlite://", vec!["--store"]),
+        // Malformed or unknown parameters, on every store, found before anything connects
+        // (port 1 is closed: a connection attempt would end in 69, not 2).
+        ("sqlite parameter", "sqlite:///tmp/x.db?mode=ro", vec!["?mode="]),
+        ("postgres parameter", "postgres://u:hunter2@127.0.0.1:1/db?sslmod=require", vec!["?sslmod="]),
+        ("postgres bad table", "postgres://u:hunter2@127.0.0.1:1/db?table=a-b", vec!["table="]),
+        ("mysql parameter", "mysql://u:hunter2@127.0.0.1:1/db?bogus=1", vec!["bogus"]),
+        ("mariadb bad value", "mariadb://u:hunter2@127.0.0.1:1/db?ssl-mode=maybe", vec!["--store"]),
+        ("redis parameter", "redis://:hunter2@127.0.0.1:1/0?bogus=1", vec!["?bogus="]),
+        ("etcd parameter", "etcd://u:hunter2@127.0.0.1:1?cacrt=/ca.pem", vec!["?cacrt="]),
+        ("nats bad value", "nats://u:hunter2@127.0.0.1:1?replicas=0", vec!["replicas"]),
+        ("zookeeper parameter", "zk://u:hunter2@127.0.0.1:1/x?bogus=1", vec!["?bogus="]),
     ];
     for (case, url, mentions) in &cases {
         for args in [vec!["--store", url, "--lock", "b", "--", "true"], vec!["status", "--store", url, "--lock", "b"]] {
@@ -507,6 +518,12 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
             assert!(!stderr_of(&out).contains("hunter2"), "{case}: the password leaked: {:?}", stderr_of(&out));
         }
     }
+    // A server clock skew that eats the whole lease, on a store that judges expiry on its
+    // servers' wall clocks: refused before anything connects.
+    let mut cmd = sb.bare();
+    let url = "postgres://u:hunter2@127.0.0.1:1/db";
+    cmd.args(["--store", url, "--lock", "b", "--ttl", "2s", "--server-clock-skew", "2s", "--", "true"]);
+    assert_refused(&sb.output(cmd), 2, "server clock skew as long as the ttl", &["--server-clock-skew"]);
     // The same URL from the environment: refused, and never shown, not even by --help.
     let mut cmd = sb.bare();
     cmd.args(["--lock", "b", "--", "true"]).env("LEADERRUN_STORE", "foo://user:hunter2@host/x");
@@ -591,4 +608,45 @@ fn init_prints_the_schema_without_writing_and_creates_the_store() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert!(sb.store_path().exists());
     assert_eq!(sb.list_json(), serde_json::json!([]), "a fresh store has no locks");
+}
+
+#[test]
+fn a_short_ttl_alone_gets_defaults_that_fit() {
+    // --kill-after and --renew-every follow --ttl when they are not given.
+    let sb = Sandbox::new();
+    for ttl in ["5s", "2s"] {
+        let mut cmd = sb.cmd(&["--lock", "short", "--wait", "--ttl", ttl, "--", "sh", "-c", r#"touch "$D/ran-$T""#]);
+        cmd.env("T", ttl);
+        let out = sb.output(cmd);
+        assert_eq!(out.status.code(), Some(0), "--ttl {ttl}: stderr {:?}", stderr_of(&out));
+        assert!(sb.exists(&format!("ran-{ttl}")));
+    }
+    // A value the user gave that breaks the rule is still refused.
+    let out = sb.output(sb.cmd(&["--lock", "short", "--wait", "--ttl", "5s", "--kill-after", "5s", "--", "true"]));
+    assert_refused(&out, 2, "explicit --kill-after too long for --ttl", &["--kill-after (5s)"]);
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    // `leaderrun list | head -1`: a closed pipe is not an error, and never a panic.
+    let sb = Sandbox::new();
+    for i in 0..3 {
+        let out = sb.output(sb.cmd(&["--lock", &format!("lock-{i}"), "--", "true"]));
+        assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    }
+    for (args, expected) in [
+        (vec!["list"], 0),
+        (vec!["list", "--json"], 0),
+        (vec!["status", "--lock", "lock-0"], 0),
+        (vec!["status", "--lock", "free"], 1),
+    ] {
+        let (read_end, write_end) = nix::unistd::pipe().expect("a pipe");
+        drop(read_end); // the reader is gone before leaderrun writes
+        let mut cmd = sb.sub(args[0], &args[1..]);
+        cmd.stdout(std::process::Stdio::from(write_end)).stderr(std::process::Stdio::piped());
+        cmd.env("RUST_BACKTRACE", "1");
+        let out = cmd.output().expect("run leaderrun");
+        assert_eq!(out.status.code(), Some(expected), "{args:?}: stderr {:?}", stderr_of(&out));
+        assert_eq!(stderr_of(&out), "", "{args:?}: quiet");
+    }
 }
