@@ -114,14 +114,13 @@ impl SqliteStore {
         if access == Access::Existing && !path.exists() {
             return Ok(Self { conn: None, path: path.to_path_buf(), boot });
         }
-        // FULL: every commit is on disk before it is reported, so a power loss cannot hand
-        // out a fencing token a second time (NORMAL may lose the last commits in WAL mode).
+        // NORMAL, and FULL around each acquire (see there).
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(access == Access::Create)
             .busy_timeout(BUSY_TIMEOUT)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(SqliteSynchronous::Normal)
             .log_statements(tracing::log::LevelFilter::Trace);
         // Many processes may create the file in the same instant; switching it to WAL
         // and creating the table can then report "locked" before the busy handler
@@ -238,6 +237,11 @@ impl Store for SqliteStore {
             conn,
             Acquire::Held(LockRecord::free(lock)),
             async {
+                // An acquisition is on disk before it is reported (FULL syncs the log at
+                // commit), so a power loss cannot hand its fencing token out again. Other
+                // writes may be lost with the boot they belong to, which voids them anyway,
+                // and the next acquisition's sync carries them to disk.
+                sqlx::query("PRAGMA synchronous = FULL").execute(&mut *conn).await?;
                 let won = sqlx::query(
                 "INSERT INTO leaderrun_locks (name, holder, token, boot_id, acquired_ns, expires_ns, acquired_unix_ms)
                  VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6)
@@ -257,8 +261,9 @@ impl Store for SqliteStore {
             .bind(ns(now + ttl))
             .bind(unix_ms_now())
             .fetch_optional(&mut *conn)
-            .await?;
-                Ok(match won {
+            .await;
+                sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+                Ok(match won? {
                     Some(row) => Acquire::Won(Lease {
                         lock: lock.to_string(),
                         identity: identity.to_string(),
