@@ -53,7 +53,7 @@ _leaderrun() {
 
     case "${cmd}" in
         leaderrun)
-            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --signal --identity --conflict-exit-code --help --version status list release init help"
+            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --server-clock-skew --signal --identity --conflict-exit-code --help --version status list release init help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -88,6 +88,10 @@ _leaderrun() {
                     return 0
                     ;;
                 --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server-clock-skew)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leaderrun_global_optspecs
-    string join \n lock= store= v/verbose q/quiet log-format= wait timeout= min-hold= ttl= renew-every= kill-after= signal= identity= E/conflict-exit-code= h/help V/version
+    string join \n lock= store= v/verbose q/quiet log-format= wait timeout= min-hold= ttl= renew-every= kill-after= server-clock-skew= signal= identity= E/conflict-exit-code= h/help V/version
 end
 
 function __fish_leaderrun_needs_command
@@ -28,11 +28,12 @@ complete -c leaderrun -n "__fish_leaderrun_needs_command" -l lock -d 'Name of th
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
-complete -c leaderrun -n "__fish_leaderrun_needs_command" -l timeout -d 'With --wait: give up after this long, exit with --conflict-exit-code' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l timeout -d 'With --wait: give up after this long, exit with --conflict-exit-code. It bounds the whole wait, reaching the store included (a store still unreachable then exits 69)' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l min-hold -d 'Keep the lease taken until this long after it was acquired, even if the child exits sooner, so a host whose cron fires a little late does not run the same firing again. leaderrun does not linger for it: it rewrites the lease\'s expiry and exits. Default: 10s in one-shot mode, 0 with --wait' -r
-complete -c leaderrun -n "__fish_leaderrun_needs_command" -l ttl -d 'Lease duration. A holder that cannot renew for this long loses the lease; a standby takes over about this long after a holder dies' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l ttl -d 'Lease duration. A holder that cannot renew for this long loses the lease; a standby takes over about this long after a holder dies. Default: 15s, or the longest lease the store keeps if that is shorter (a ZooKeeper server\'s maxSessionTimeout, a NATS bucket\'s max age; -v says so)' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l renew-every -d 'How often the holder renews the lease. Default: a third of --ttl' -r
-complete -c leaderrun -n "__fish_leaderrun_needs_command" -l kill-after -d 'Grace between the stop signal and SIGKILL, when the child must stop (lease about to lapse, lease lost, or leaderrun got SIGINT/SIGTERM)' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l kill-after -d 'Grace between the stop signal and SIGKILL, when the child must stop (lease about to lapse, lease lost, or leaderrun got SIGINT/SIGTERM). Default: a third of --ttl, at most 5s' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l server-clock-skew -d 'How far apart the wall clocks of the store\'s servers may be, for stores that judge expiry on them (PostgreSQL, MySQL, Redis, NATS): after a failover to a replica whose clock runs ahead, leases end that much early, so the holder stops its child that much sooner. Keep the servers NTP-synced and set this to the worst offset you allow' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l signal -d 'Signal that asks the child\'s process group to stop (name or number: TERM, SIGINT, 15)' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l identity -d 'This run\'s identity as shown by `leaderrun status`. Default: HOST:PID:RANDOM' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lease is held by another (one-shot) or --timeout runs out' -r

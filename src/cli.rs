@@ -38,7 +38,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("0 (-E)", "Another holder has the lease (one-shot), or --wait --timeout ran out. Change it with -E/--conflict-exit-code."),
     ("2", "Bad usage or configuration; one line names the flag or the rule. Nothing was written to the store."),
     ("69", "The store could not be reached, opened or used before the child started."),
-    ("70", "Internal error (the watchdog could not be started); the child was not started."),
+    ("70", "Internal error: the watchdog could not be started (the child was not started either), or leaderrun's own output could not be written."),
     ("75", "The lease was lost while the child ran (taken by another holder, force-released, or not renewed in time); the child was stopped."),
     ("126", "COMMAND was found but could not be executed."),
     ("127", "COMMAND was not found."),
@@ -61,13 +61,21 @@ LEADERRUN_* variable named in its description.";
 /// The safety contract, in paragraphs.
 pub const SAFETY_CONTRACT: &[&str] = &[
     "Assuming the store's compare-and-set is linearizable and never rolls back a write it acknowledged, \
-every machine's elapsed-time clock runs within 1% of real time, and leaderrun is not frozen together \
+every machine's elapsed-time clock runs within 1% of real time, leaderrun is not frozen together \
 with its child for longer than the margin (a VM pause freezes both: only the fencing token covers \
-that), at most one child process tree runs at any moment for one lock name.",
+that), and, for stores that judge expiry on their servers' wall clocks (PostgreSQL, MySQL, Redis, \
+NATS), the servers that may replace each other in a failover keep clocks within --server-clock-skew, \
+at most one child process tree runs at any moment for one lock name.",
     "leaderrun reads its clock (CLOCK_BOOTTIME) just before it sends an acquire or renew request; only a \
-confirmed success moves its deadline, to that instant + ttl x 0.98 - 100ms. A renewal that times out, \
-fails or is ambiguous never moves it. The child's process group gets --signal at deadline - --kill-after \
-and SIGKILL at the deadline; when the store says the lease is someone else's, --signal goes at once.",
+confirmed success moves its deadline, to that instant + ttl x 0.98 - 100ms (- --server-clock-skew on \
+those stores). A renewal that times out, fails or is ambiguous never moves it; each attempt gets half \
+the time left before the stop signal, so a hung request leaves room for a second. The child's process \
+group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
+lease is someone else's, --signal goes at once.",
+    "An acquire whose answer never came (a timeout, a signal) may still have been granted: leaderrun \
+gives such a lease back, found by its own identity (with a chosen --identity, which another run may \
+share, it is left to expire). A process in uninterruptible sleep (D state, e.g. on a hung NFS mount) \
+can finish a write after SIGKILL: only the fencing token, checked by whatever it writes to, covers that.",
     "A separate watchdog process enforces the deadline even when leaderrun itself is SIGKILLed, crashes or \
 is SIGSTOPped. When the child exits, what is left of its process group is stopped too before the lease \
 is released. A process that leaves the group (setsid, double fork into a new group) escapes both.",
@@ -78,8 +86,10 @@ pub const STORES: &[(&str, &str)] = &[
     (
         "sqlite:///path/to/file.db",
         "The embedded default: one file, one host, any number of processes. Each step is one SQL statement under \
-         SQLite's write lock; expiry is judged on CLOCK_BOOTTIME and a lease from before a reboot is void. Never put \
-         the file on a network filesystem.",
+         SQLite's write lock; expiry is judged on CLOCK_BOOTTIME and a lease from before a reboot is void, which \
+         needs the kernel's boot id (/proc/sys/kernel/random/boot_id): without it the store is refused (69). An \
+         acquisition is synced to disk before it counts, so a power loss cannot repeat a fencing token. Never put \
+         the file on a network filesystem. Deleting the file under a holder frees its lock and restarts tokens.",
     ),
     (
         "postgres://user:pass@host:5432/db?sslmode=verify-full&table=NAME",
@@ -88,12 +98,15 @@ pub const STORES: &[(&str, &str)] = &[
          server's clock_timestamp(), so the server's clock must be slewed, never stepped. A release wakes waiters \
          through LISTEN/NOTIFY (which a transaction-pooling proxy does not pass: waiters then re-check every \
          second). No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
-         acquisition or renewal: use synchronous replication for leases that matter.",
+         acquisition or renewal: use synchronous replication for leases that matter. URL parameters other than \
+         table= and libpq's sslmode, sslrootcert, sslcert, sslkey, options, application_name (and the like) are \
+         refused.",
     ),
     (
         "mysql://user:pass@host:3306/db?ssl-mode=VERIFY_IDENTITY&table=NAME",
         "Also mariadb://. A conditional UPDATE whose affected-row count decides, on the server's UTC_TIMESTAMP(6); \
-         waiters poll every ~100 ms. The same caveats about the server's clock and asynchronous replicas apply.",
+         waiters poll every ~100 ms. The same caveats about the server's clock and asynchronous replicas apply. \
+         URL parameters other than table=, ssl-mode, ssl-ca, ssl-cert, ssl-key and socket are refused.",
     ),
     (
         "redis://[user]:pass@host:6379/0?prefix=leaderrun: (rediss:// for TLS)",
@@ -138,8 +151,10 @@ pub const STORES: &[(&str, &str)] = &[
     (
         "grants",
         "PostgreSQL and MySQL need SELECT, INSERT and UPDATE on the table; CREATE only if leaderrun is to create \
-         the table on first use (else run the SQL of leaderrun init --print-sql beforehand). Never delete rows by \
-         hand: a lock's fencing token would start again at 1.",
+         the table on first use (else run the SQL of leaderrun init --print-sql beforehand). A table made by an \
+         earlier leaderrun gets a kept column on first use, which needs the table's owner (or ALTER): leaderrun \
+         prints the statement if it may not. Never delete rows or the table by hand: a lock's fencing token would \
+         start again at 1, and a holder's lock would be free at once.",
     ),
 ];
 
@@ -259,8 +274,8 @@ pub enum Command {
     /// The lease is revoked: the holder's leaderrun notices at its next renewal, stops its
     /// child (and exits 75), then frees the lock for the next holder. Nobody else gets the
     /// lock before that, or before the lease expires if the holder is gone, so two children
-    /// never overlap. Exit status: 0 when a held lease was revoked, 1 when the lock was not
-    /// held.
+    /// never overlap. A lock only kept for --min-hold (its child has exited) is freed at once.
+    /// Exit status: 0 when a held lease was revoked, 1 when the lock was not held.
     Release {
         #[command(flatten)]
         lock: LockArg,
@@ -361,7 +376,8 @@ pub struct RunArgs {
     #[arg(long, env = "LEADERRUN_WAIT")]
     pub wait: bool,
 
-    /// With --wait: give up after this long, exit with --conflict-exit-code.
+    /// With --wait: give up after this long, exit with --conflict-exit-code. It bounds the
+    /// whole wait, reaching the store included (a store still unreachable then exits 69).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TIMEOUT")]
     pub timeout: Option<Duration>,
 
@@ -403,8 +419,10 @@ pub struct RunArgs {
     /// This run's identity as shown by `leaderrun status`. Default: HOST:PID:RANDOM.
     ///
     /// Safety never rests on it (renewals are matched on the fencing token), but keep it
-    /// unique so that status output is useful. Not read from the environment:
-    /// LEADERRUN_IDENTITY is what the child receives.
+    /// unique so that status output is useful: with a chosen identity, a lease granted to an
+    /// acquire whose answer never came is left to expire rather than given back, since
+    /// another run may share the identity. Not read from the environment: LEADERRUN_IDENTITY
+    /// is what the child receives.
     #[arg(long, value_name = "STR")]
     pub identity: Option<String>,
 
