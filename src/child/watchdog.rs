@@ -19,6 +19,7 @@
 //! This file is the wrapper's side; `process.rs` is the watchdog's.
 
 mod process;
+mod timer;
 
 use std::fs::File;
 use std::io::Write;

@@ -1,5 +1,6 @@
 //! The watchdog process itself: `leaderrun __watchdog SIGNAL KILL_AFTER_NS [CGROUP_DIR]`,
-//! with leaderrun's pipe on its stdin. It runs no tokio runtime: one poll loop over the pipe.
+//! with leaderrun's pipe on its stdin. It runs no tokio runtime: one poll loop over the
+//! pipe and a CLOCK_BOOTTIME timer.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::timer::BootTimer;
 use crate::child::cgroup::Cgroup;
 use crate::child::group::ProcessGroup;
 use crate::child::signals::FORWARDED;
@@ -148,6 +150,13 @@ pub fn main(args: &[String]) -> u8 {
         return crate::exit::USAGE;
     };
     ignore_stray_signals();
+    let timer = match BootTimer::new() {
+        Ok(timer) => timer,
+        Err(err) => {
+            eprintln!("leaderrun: watchdog: cannot make a CLOCK_BOOTTIME timer: {err}");
+            return crate::exit::INTERNAL;
+        }
+    };
     let stop = i32::try_from(stop).ok().and_then(|s| Signal::try_from(s).ok()).unwrap_or(Signal::SIGTERM);
     let cgroup = args.get(2).map(|dir| Cgroup::at(PathBuf::from(dir)));
     let mut guard = Guard::new(stop, Duration::from_nanos(kill_after), cgroup);
@@ -159,16 +168,22 @@ pub fn main(args: &[String]) -> u8 {
         // renewal that reached the pipe must count.
         if !readable_now(stdin.as_fd()) {
             guard.tick(boottime());
-            let timeout = match guard.next_wake() {
-                None => PollTimeout::NONE,
-                Some(at) => PollTimeout::try_from(at.saturating_sub(boottime()).as_millis().clamp(1, 60_000) as i32)
-                    .unwrap_or(PollTimeout::MAX),
-            };
-            let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, timeout) {
-                Ok(0) | Err(Errno::EINTR) => continue,
+            if let Err(err) = timer.arm(guard.next_wake()) {
+                // Without its clock it cannot keep the deadline: stop the child now.
+                eprintln!("leaderrun: watchdog: cannot arm its timer: {err}");
+                break;
+            }
+            let mut fds =
+                [PollFd::new(stdin.as_fd(), PollFlags::POLLIN), PollFd::new(timer.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) => {}
+                Err(Errno::EINTR) => continue,
                 Err(_) => break,
+            }
+            let pipe_ready = fds[0].revents().is_some_and(|r| !r.is_empty());
+            timer.clear();
+            if !pipe_ready {
+                continue;
             }
         }
         let n = match nix::unistd::read(&stdin, &mut chunk) {
