@@ -4,6 +4,8 @@
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -126,14 +128,22 @@ impl Guard {
     }
 }
 
-/// Terminal and stray signals must not disarm it; only its pipe ends it.
-fn ignore_stray_signals() {
+/// The signals meant for leaderrun or its child must not disarm the watchdog: a
+/// terminal's hangup, `kill` of a whole session, a mistaken `pkill leaderrun`. (Ctrl-C
+/// does not reach it: the terminal signals its foreground group, and the watchdog runs in
+/// a group of its own.) Only leaderrun's goodbye, or the end of its pipe, ends it.
+///
+/// SIG_IGN would do that with an `unsafe` call to sigaction. signal-hook's flag handler
+/// does it in safe code, with the same effect on the signal (the default action, which
+/// would end the process, is replaced), and records which signal came, so the watchdog
+/// can say why it is still running. A signal interrupts the poll (EINTR) and the loop
+/// reports it; one that lands just before the poll is reported at the next wake-up.
+fn catch_stray_signals() -> std::io::Result<Arc<AtomicUsize>> {
+    let last = Arc::new(AtomicUsize::new(0));
     for signal in FORWARDED {
-        // SAFETY: installing SIG_IGN has no handler to run.
-        unsafe {
-            let _ = nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigIgn);
-        }
+        signal_hook::flag::register_usize(signal as i32, last.clone(), signal as usize)?;
     }
+    Ok(last)
 }
 
 /// Whether the pipe has something (data or its end) to read now.
@@ -149,7 +159,13 @@ pub fn main(args: &[String]) -> u8 {
         eprintln!("leaderrun: __watchdog is internal to leaderrun");
         return crate::exit::USAGE;
     };
-    ignore_stray_signals();
+    let stray = match catch_stray_signals() {
+        Ok(stray) => stray,
+        Err(err) => {
+            eprintln!("leaderrun: watchdog: cannot install its signal handlers: {err}");
+            return crate::exit::INTERNAL;
+        }
+    };
     let timer = match BootTimer::new() {
         Ok(timer) => timer,
         Err(err) => {
@@ -163,7 +179,17 @@ pub fn main(args: &[String]) -> u8 {
     let stdin = std::io::stdin();
     let mut pending: Vec<u8> = Vec::new();
     let mut chunk = [0u8; 512];
+    let mut stray_told = false;
     loop {
+        let caught = stray.swap(0, Ordering::Relaxed);
+        if caught != 0 && !stray_told {
+            stray_told = true;
+            let name = i32::try_from(caught).ok().and_then(|n| Signal::try_from(n).ok());
+            eprintln!(
+                "leaderrun: watchdog: ignoring {}: only leaderrun's goodbye, or leaderrun's end, stops the watchdog",
+                name.map_or_else(|| format!("signal {caught}"), |s| s.to_string())
+            );
+        }
         // Read whatever leaderrun has already sent before judging the deadline: a
         // renewal that reached the pipe must count.
         if !readable_now(stdin.as_fd()) {
