@@ -291,3 +291,34 @@ fn stray_signals_to_the_watchdog_do_not_disarm_it() {
     assert_eq!(w.wait_code(SOON), 75, "lease lost while the child ran; stderr {:?}", w.stderr());
     sb.wait_no_processes_left(SOON);
 }
+
+#[test]
+fn a_watchdog_that_keeps_dying_stops_the_child_rather_than_leave_it_unguarded() {
+    // leaderrun replaces a dead watchdog a few times (3), then stops the child: the path
+    // also taken when no new watchdog can be started at all.
+    let sb = Sandbox::new();
+    let args = [&["--lock", "dying"][..], &SHORT_LEASE].concat();
+    let (mut w, child, gc) = start_worker(&sb, "w", &args, &worker("", "sleep 1000"));
+    let mut killed = Vec::new();
+    while w.try_status().is_none() && pid_alive(child) {
+        // The current watchdog (a new one may not be up yet: wait for it, or for the stop).
+        let mut dog = None;
+        wait_for(
+            || {
+                dog = watchdogs(&sb).into_iter().find(|pid| !killed.contains(pid));
+                dog.is_some() || !pid_alive(child)
+            },
+            SOON,
+            "a watchdog to kill, or the child to be stopped",
+        );
+        let Some(dog) = dog else { break };
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(dog), Signal::SIGKILL).expect("kill the watchdog");
+        killed.push(dog);
+        assert!(killed.len() <= 4, "leaderrun must give up replacing: {:?}", w.stderr());
+    }
+    assert_eq!(w.wait_code(SOON), 128 + 15, "the child was stopped with --signal; stderr {:?}", w.stderr());
+    assert_eq!(killed.len(), 4, "three replacements, then the stop: {:?}", w.stderr());
+    assert!(w.stderr().contains("must not run without a watchdog"), "{:?}", w.stderr());
+    assert!(!pid_alive(child) && !pid_alive(gc));
+    sb.wait_no_processes_left(SOON);
+}
