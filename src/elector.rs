@@ -268,7 +268,7 @@ impl Elector {
                 _ = async move { sleep_until(&*clock2, wake).await } => {}
             }
         };
-        payload.finish();
+        payload.finish().await;
         let lease = term.lease.clone();
         let (keep, outcome) = term.outcome(exit);
         self.release(&lease, keep).await;

@@ -63,6 +63,8 @@ pub trait Payload: Send {
     /// Resolve when the payload is gone, with how it ended. Cancel-safe: the elector
     /// polls it in a loop next to its timers.
     async fn wait(&mut self) -> ChildExit;
-    /// The payload is gone and the lease is being given up: stand the watchdog down.
-    fn finish(&mut self);
+    /// The payload is gone and the lease is about to be given up: stand the watchdog down.
+    /// Returns only once no watchdog of this run can signal anything any more: the
+    /// elector releases the lease after it, never before.
+    async fn finish(&mut self);
 }

@@ -140,8 +140,15 @@ fn a_signal_while_waiting_for_the_lock_ends_the_wait() {
 
 const SHORT_LEASE: [&str; 6] = ["--ttl", "2s", "--renew-every", "500ms", "--kill-after", "500ms"];
 
-#[test]
-fn kill_9_of_the_wrapper_kills_the_tree_and_a_standby_takes_over() {
+/// The live watchdogs this sandbox started (`leaderrun __watchdog ...`).
+fn watchdogs(sb: &Sandbox) -> Vec<i32> {
+    sb.processes().into_iter().filter(|(_, cmd)| cmd.starts_with("leaderrun __watchdog")).map(|(pid, _)| pid).collect()
+}
+
+/// A `--wait` holder `a` with a standby `b`; `meanwhile` runs while `a` holds the lease,
+/// then `a` is SIGKILLed: its child tree must still die (only a watchdog is left to kill
+/// it) and the standby takes over, one tree at a time.
+fn kill_9_of_the_holder_kills_the_tree_and_a_standby_takes_over(meanwhile: impl FnOnce(&Sandbox, &Wrapper)) {
     let sb = Sandbox::new();
     let args = [&["--lock", "worker", "--wait"][..], &SHORT_LEASE].concat();
     let (mut a, a_child, a_gc) = start_worker(&sb, "a", &args, &worker("", "sleep 1000"));
@@ -155,6 +162,8 @@ fn kill_9_of_the_wrapper_kills_the_tree_and_a_standby_takes_over() {
     cmd.env("WORKER_NAME", "b");
     let mut b = sb.spawn("b", cmd);
     wait_for(|| b.stderr().contains("waiting"), SOON, "the standby to campaign");
+
+    meanwhile(&sb, &a);
 
     a.signal(Signal::SIGKILL);
     let status = a.wait_status(SOON);
@@ -171,6 +180,26 @@ fn kill_9_of_the_wrapper_kills_the_tree_and_a_standby_takes_over() {
     b.signal(Signal::SIGTERM);
     assert_eq!(b.wait_code(SOON), 128 + 15, "stderr {:?}", b.stderr());
     sb.wait_no_processes_left(SOON);
+}
+
+#[test]
+fn kill_9_of_the_wrapper_kills_the_tree_and_a_standby_takes_over() {
+    kill_9_of_the_holder_kills_the_tree_and_a_standby_takes_over(|_, _| {});
+}
+
+#[test]
+fn a_watchdog_killed_before_the_wrapper_is_replaced_and_the_tree_still_dies() {
+    // As after an OOM kill of the watchdog: the wrapper must notice and start a new one,
+    // or its own later crash would leave the child running past the lease.
+    kill_9_of_the_holder_kills_the_tree_and_a_standby_takes_over(|sb, a| {
+        // `a`'s is the only watchdog: the standby starts its own only once elected.
+        let first = watchdogs(sb);
+        assert_eq!(first.len(), 1, "one watchdog: {:?}", sb.processes());
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(first[0]), Signal::SIGKILL).expect("kill the watchdog");
+        wait_for(|| matches!(watchdogs(sb)[..], [new] if new != first[0]), SOON, "the wrapper to start a new watchdog");
+        wait_for(|| a.stderr().contains("started a new one"), SOON, "the warning about the replacement");
+        assert_eq!(a.stderr().matches("the watchdog").count(), 1, "one warning: {:?}", a.stderr());
+    });
 }
 
 #[test]
@@ -236,4 +265,60 @@ fn release_of_a_lock_in_a_store_that_does_not_exist() {
     let out = sb.output(sb.sub("release", &["--lock", "nothing"]));
     assert_eq!(out.status.code(), Some(1), "stderr {:?}", stderr_of(&out));
     assert!(!sb.store_path().exists(), "release must not create the store");
+}
+
+#[test]
+fn stray_signals_to_the_watchdog_do_not_disarm_it() {
+    let sb = Sandbox::new();
+    let args = [&["--lock", "stray"][..], &SHORT_LEASE].concat();
+    let (mut w, child, gc) = start_worker(&sb, "w", &args, &worker("", "sleep 1000"));
+    let dog = match watchdogs(&sb)[..] {
+        [dog] => dog,
+        _ => panic!("one watchdog: {:?}", sb.processes()),
+    };
+    // What a terminal hangup, a `kill` of the session or a `pkill leaderrun` sends it.
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2] {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(dog), signal).expect("signal the watchdog");
+    }
+    wait_for(|| w.stderr().contains("leaderrun: watchdog: ignoring SIG"), SOON, "the watchdog to say it ignored them");
+    assert_eq!(w.stderr().matches("watchdog: ignoring").count(), 1, "said once: {:?}", w.stderr());
+    assert_eq!(watchdogs(&sb), [dog], "the same watchdog, alive, not a replacement");
+
+    // Still armed: with the wrapper frozen, it kills the tree by the deadline.
+    w.signal(Signal::SIGSTOP);
+    wait_for(|| !pid_alive(child) && !pid_alive(gc), WITHIN_A_LEASE, "the watchdog to kill the frozen wrapper's tree");
+    w.signal(Signal::SIGCONT);
+    assert_eq!(w.wait_code(SOON), 75, "lease lost while the child ran; stderr {:?}", w.stderr());
+    sb.wait_no_processes_left(SOON);
+}
+
+#[test]
+fn a_watchdog_that_keeps_dying_stops_the_child_rather_than_leave_it_unguarded() {
+    // leaderrun replaces a dead watchdog a few times (3), then stops the child: the path
+    // also taken when no new watchdog can be started at all.
+    let sb = Sandbox::new();
+    let args = [&["--lock", "dying"][..], &SHORT_LEASE].concat();
+    let (mut w, child, gc) = start_worker(&sb, "w", &args, &worker("", "sleep 1000"));
+    let mut killed = Vec::new();
+    while w.try_status().is_none() && pid_alive(child) {
+        // The current watchdog (a new one may not be up yet: wait for it, or for the stop).
+        let mut dog = None;
+        wait_for(
+            || {
+                dog = watchdogs(&sb).into_iter().find(|pid| !killed.contains(pid));
+                dog.is_some() || !pid_alive(child)
+            },
+            SOON,
+            "a watchdog to kill, or the child to be stopped",
+        );
+        let Some(dog) = dog else { break };
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(dog), Signal::SIGKILL).expect("kill the watchdog");
+        killed.push(dog);
+        assert!(killed.len() <= 4, "leaderrun must give up replacing: {:?}", w.stderr());
+    }
+    assert_eq!(w.wait_code(SOON), 128 + 15, "the child was stopped with --signal; stderr {:?}", w.stderr());
+    assert_eq!(killed.len(), 4, "three replacements, then the stop: {:?}", w.stderr());
+    assert!(w.stderr().contains("must not run without a watchdog"), "{:?}", w.stderr());
+    assert!(!pid_alive(child) && !pid_alive(gc));
+    sb.wait_no_processes_left(SOON);
 }

@@ -118,7 +118,7 @@ impl Payload for Recorder {
             }
         }
     }
-    fn finish(&mut self) {}
+    async fn finish(&mut self) {}
 }
 
 struct Setup {

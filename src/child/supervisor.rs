@@ -1,0 +1,345 @@
+//! Runs the command as the elector's payload: starts the watchdog, then the child in its
+//! own process group and cgroup; relays signals to the whole tree; replaces a watchdog
+//! that dies; and at the end stands the watchdog down before the lease is released.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::sys::signal::Signal;
+use tokio::sync::oneshot;
+
+use super::cgroup::{self, Cgroup};
+use super::command::CommandSpec;
+use super::group::ProcessGroup;
+use super::terminal;
+use super::tree::ChildTree;
+use super::watchdog::{self, Watchdog};
+use crate::payload::{ChildExit, Payload, StartError};
+use crate::store::Lease;
+
+/// How many dead watchdogs one run replaces. One that dies again and again (it crashes
+/// at start, or the host keeps OOM-killing it) would otherwise be restarted in a loop;
+/// after that many the child is stopped instead, as when no new one can be started.
+const MAX_REPLACEMENTS: u32 = 3;
+
+/// Runs the command as the elector's payload.
+pub struct Supervisor {
+    command: CommandSpec,
+    stop: Signal,
+    kill_after: Duration,
+    running: Option<Running>,
+}
+
+struct Running {
+    tree: Tree,
+    /// None once a dead watchdog could not be replaced (the child is being stopped).
+    watchdog: Option<Watchdog>,
+    /// The latest deadline, for a replacement watchdog.
+    deadline: Duration,
+    replacements: u32,
+    exit: oneshot::Receiver<ChildExit>,
+    ended: Option<ChildExit>,
+    /// leaderrun handed its terminal to the child and takes it back at the end.
+    terminal: bool,
+}
+
+/// The child's tree as the wrapper signals it. A signal the kernel refuses (the child
+/// runs as another user: `sudo`, a setuid program) is logged once per run, wherever it
+/// was sent from: the elector, the sweep after the child's exit, or a stop without a watchdog.
+#[derive(Clone)]
+struct Tree {
+    members: ChildTree,
+    refusal_logged: Arc<AtomicBool>,
+}
+
+impl Tree {
+    fn signal(&self, signal: Signal) {
+        tracing::debug!(%signal, tree = %self.members, "signalling the child's process tree");
+        if let Err(refused) = self.members.signal(signal) {
+            if !self.refusal_logged.swap(true, Ordering::Relaxed) {
+                tracing::error!("{refused}");
+            }
+        }
+    }
+
+    /// Stop signal, then SIGKILL after `kill_after`, then wait (bounded) until it is gone.
+    async fn stop(&self, stop: Signal, kill_after: Duration) {
+        self.signal(stop);
+        if !self.members.wait_gone(kill_after).await {
+            self.signal(Signal::SIGKILL);
+            self.members.wait_gone(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+impl Supervisor {
+    pub fn new(command: CommandSpec, stop: Signal, kill_after: Duration) -> Self {
+        Self { command, stop, kill_after, running: None }
+    }
+}
+
+fn env_overrides(lease: &Lease) -> [(&'static str, String); 3] {
+    [
+        ("LEADERRUN_LOCK", lease.lock.clone()),
+        ("LEADERRUN_IDENTITY", lease.identity.clone()),
+        ("LEADERRUN_FENCING_TOKEN", lease.token.to_string()),
+    ]
+}
+
+/// A cgroup for the child and its `cgroup.procs` open for writing; None where the host
+/// gives none, which is normal (no cgroup v2, or not root and no delegated unit).
+fn child_cgroup() -> Option<(Cgroup, OwnedFd)> {
+    let cgroup = match Cgroup::create() {
+        Ok(cgroup) => cgroup,
+        Err(why) => {
+            tracing::debug!("no cgroup for the child ({why}); its process group alone holds its tree");
+            return None;
+        }
+    };
+    match cgroup.open_procs() {
+        Ok(procs) => Some((cgroup, procs)),
+        Err(err) => {
+            tracing::debug!("no cgroup for the child ({}/cgroup.procs: {err})", cgroup.dir().display());
+            let _ = cgroup.remove();
+            None
+        }
+    }
+}
+
+fn remove_cgroup(cgroup: Option<&Cgroup>) {
+    if let Some(cgroup) = cgroup {
+        if let Err(err) = cgroup.remove() {
+            tracing::warn!("cannot remove the child's cgroup {}: {err}", cgroup.dir().display());
+        }
+    }
+}
+
+#[async_trait]
+impl Payload for Supervisor {
+    async fn start(&mut self, lease: &Lease, deadline: Duration) -> Result<(), StartError> {
+        let cgroup = child_cgroup();
+        let cgroup_dir = cgroup.as_ref().map(|(c, _)| c.dir());
+        // The watchdog first, so that no instant passes with a child and no guard.
+        let mut watchdog = match Watchdog::spawn(self.stop, self.kill_after, deadline, cgroup_dir) {
+            Ok(watchdog) => watchdog,
+            Err(err) => {
+                remove_cgroup(cgroup.as_ref().map(|(c, _)| c));
+                return Err(StartError::Internal(format!("cannot start the watchdog: {err}")));
+            }
+        };
+        let mut command = tokio::process::Command::new(&self.command.path);
+        command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
+        for (name, value) in env_overrides(lease) {
+            command.env(name, value);
+        }
+        if let Some((_, procs)) = &cgroup {
+            // Into its cgroup before its program runs, so nothing it starts is ever outside.
+            let procs = procs.as_raw_fd();
+            // SAFETY: runs between fork and exec; move_self_in makes one write(2) and
+            // does not allocate.
+            unsafe {
+                command.pre_exec(move || {
+                    cgroup::move_self_in(procs);
+                    Ok(())
+                });
+            }
+        }
+        // The child tells the watchdog its group itself, before its program starts.
+        if let Some(fd) = watchdog.pipe_fd() {
+            // SAFETY: runs between fork and exec; announce_from_child makes only
+            // async-signal-safe system calls and does not allocate.
+            unsafe {
+                command.pre_exec(move || watchdog::announce_from_child(fd));
+            }
+        }
+        let terminal = terminal::in_foreground();
+        if terminal {
+            // SAFETY: runs between fork and exec; take_foreground makes only
+            // async-signal-safe system calls.
+            unsafe {
+                command.pre_exec(|| {
+                    let _ = terminal::take_foreground();
+                    Ok(())
+                });
+            }
+        }
+        let spawned = command.spawn();
+        drop(command);
+        let cgroup = cgroup.map(|(cgroup, _procs)| cgroup);
+        let child = match spawned {
+            Ok(child) => child,
+            Err(err) => {
+                watchdog.finish().await;
+                remove_cgroup(cgroup.as_ref());
+                let shown = self.command.program.to_string_lossy().into_owned();
+                return Err(match err.kind() {
+                    std::io::ErrorKind::NotFound => StartError::NotFound(shown),
+                    _ => StartError::NotExecutable(shown, err.to_string()),
+                });
+            }
+        };
+        // tokio forgets the pid only once the child is reaped, and nothing waited for it
+        // yet; should it be gone all the same, its group is unknown here (the watchdog
+        // still has it from the child's own announcement, and the cgroup still holds it).
+        let pid = child.id();
+        let group = pid.and_then(ProcessGroup::led_by);
+        match group {
+            Some(group) => watchdog.guard(group),
+            None => {
+                tracing::warn!("the child's pid is unknown (it was already reaped): its process group cannot be swept")
+            }
+        }
+        if let (Some(cgroup), Some(pid)) = (&cgroup, pid) {
+            if !cgroup.holds(pid) {
+                tracing::warn!(
+                    "the child could not be moved into its cgroup {}: a process that leaves its process group will escape",
+                    cgroup.dir().display()
+                );
+            }
+        }
+        let tree = Tree { members: ChildTree { group, cgroup }, refusal_logged: Arc::default() };
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(reap(child, tree.clone(), self.stop, self.kill_after, tx));
+        self.running = Some(Running {
+            tree,
+            watchdog: Some(watchdog),
+            deadline,
+            replacements: 0,
+            exit: rx,
+            ended: None,
+            terminal,
+        });
+        Ok(())
+    }
+
+    fn extend(&mut self, deadline: Duration) {
+        if let Some(running) = &mut self.running {
+            running.deadline = deadline;
+            if let Some(watchdog) = &mut running.watchdog {
+                watchdog.extend(deadline);
+            }
+        }
+    }
+
+    fn signal(&mut self, signal: Signal) {
+        if let Some(running) = &self.running {
+            running.tree.signal(signal);
+        }
+    }
+
+    fn kill(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
+
+    async fn wait(&mut self) -> ChildExit {
+        let Some(running) = &mut self.running else {
+            return std::future::pending().await;
+        };
+        loop {
+            if let Some(ended) = running.ended {
+                return ended;
+            }
+            let (exit, watchdog) = (&mut running.exit, &mut running.watchdog);
+            // Both futures are cancel-safe: the elector polls this next to its timers.
+            let watchdog_died = async {
+                match watchdog {
+                    Some(watchdog) => watchdog.exited().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ended = exit => {
+                    running.ended = Some(ended.unwrap_or(ChildExit::Signal(Signal::SIGKILL as i32)));
+                }
+                died = watchdog_died => running.replace_watchdog(died, self.stop, self.kill_after),
+            }
+        }
+    }
+
+    /// The order kept: the goodbye is sent and the watchdog has exited (or been killed and
+    /// reaped) before this returns, and only then does the elector release the lease.
+    /// Released first, a new holder could start while this run's watchdog still keeps the
+    /// old deadline; the group it would signal is gone by then, but a group id is a pid and
+    /// pids are reused, so the new holder's child on this host could be the one it hits.
+    async fn finish(&mut self) {
+        let Some(running) = &mut self.running else { return };
+        if let Some(watchdog) = running.watchdog.take() {
+            watchdog.finish().await;
+        }
+        if running.terminal {
+            let _ = terminal::take_foreground();
+        }
+        remove_cgroup(running.tree.members.cgroup.as_ref());
+    }
+}
+
+impl Running {
+    /// The watchdog died while the child runs (OOM-killed, killed by hand): without one, a
+    /// later crash of leaderrun would leave the child running past the lease. Start a new
+    /// one with the current deadline and tree; failing that, stop the child (the stop
+    /// signal, SIGKILL after --kill-after), and the elector sees it exit.
+    fn replace_watchdog(&mut self, died: std::io::Result<ExitStatus>, stop: Signal, kill_after: Duration) {
+        let old = self.watchdog.take().and_then(|w| w.pid()).map_or_else(String::new, |pid| format!(" {pid}"));
+        let how = match died {
+            Ok(status) => match (status.code(), status.signal()) {
+                (_, Some(signal)) => format!("killed by signal {signal}"),
+                (Some(code), _) => format!("exit status {code}"),
+                _ => status.to_string(),
+            },
+            Err(err) => err.to_string(),
+        };
+        let why = if self.replacements >= MAX_REPLACEMENTS {
+            format!("it died {} times", MAX_REPLACEMENTS + 1)
+        } else {
+            self.replacements += 1;
+            let cgroup = self.tree.members.cgroup.as_ref().map(Cgroup::dir);
+            match Watchdog::spawn(stop, kill_after, self.deadline, cgroup) {
+                Ok(mut watchdog) => {
+                    if let Some(group) = self.tree.members.group {
+                        watchdog.guard(group);
+                    }
+                    let new = watchdog.pid().map_or_else(String::new, |pid| format!(" (pid {pid})"));
+                    tracing::warn!("the watchdog{old} died ({how}); started a new one{new}");
+                    self.watchdog = Some(watchdog);
+                    return;
+                }
+                Err(err) => format!("no new one can be started: {err}"),
+            }
+        };
+        tracing::error!(
+            "the watchdog{old} died ({how}) and {why}; stopping the child, which must not run without a watchdog"
+        );
+        let tree = self.tree.clone();
+        tokio::spawn(async move { tree.stop(stop, kill_after).await });
+    }
+}
+
+/// Wait for the child, then make sure nothing of its tree outlives it: a background job
+/// (or one that left the process group, where a cgroup holds it) would otherwise run on
+/// after the lease is released.
+async fn reap(
+    mut child: tokio::process::Child,
+    tree: Tree,
+    stop: Signal,
+    kill_after: Duration,
+    tx: oneshot::Sender<ChildExit>,
+) {
+    let ended = match child.wait().await {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => ChildExit::Code(code),
+            (None, Some(signal)) => ChildExit::Signal(signal),
+            _ => ChildExit::Code(1),
+        },
+        Err(_) => ChildExit::Code(1),
+    };
+    if tree.members.alive() {
+        tracing::info!(tree = %tree.members, "the child exited but its process tree lives on; stopping it");
+        tree.stop(stop, kill_after).await;
+    }
+    let _ = tx.send(ended);
+}

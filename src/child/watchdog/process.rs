@@ -1,0 +1,290 @@
+//! The watchdog process itself: `leaderrun __watchdog SIGNAL KILL_AFTER_NS [CGROUP_DIR]`,
+//! with leaderrun's pipe on its stdin. It runs no tokio runtime: one poll loop over the
+//! pipe and a CLOCK_BOOTTIME timer.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use super::timer::BootTimer;
+use crate::child::cgroup::Cgroup;
+use crate::child::group::ProcessGroup;
+use crate::child::signals::FORWARDED;
+use crate::child::tree::ChildTree;
+use crate::clock::boottime;
+
+/// What the watchdog knows of the child and its deadline.
+struct Guard {
+    stop: Signal,
+    kill_after: Duration,
+    tree: ChildTree,
+    /// On CLOCK_BOOTTIME; None until leaderrun sends the first.
+    deadline: Option<Duration>,
+    stop_sent: bool,
+    kill_sent: bool,
+    /// A refused signal is said once, not at every step.
+    refusal_told: bool,
+}
+
+/// What a line from leaderrun asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Heard {
+    Nothing,
+    Goodbye,
+}
+
+impl Guard {
+    fn new(stop: Signal, kill_after: Duration, cgroup: Option<Cgroup>) -> Self {
+        Self {
+            stop,
+            kill_after,
+            tree: ChildTree { group: None, cgroup },
+            deadline: None,
+            stop_sent: false,
+            kill_sent: false,
+            refusal_told: false,
+        }
+    }
+
+    /// `P <pgid>`: the group to guard (0 and 1 are never one, and are ignored);
+    /// `D <ns>`: the deadline on CLOCK_BOOTTIME; `X`: goodbye.
+    fn hear(&mut self, line: &str) -> Heard {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next().and_then(|w| w.parse::<u64>().ok())) {
+            (Some("P"), Some(pgid)) => {
+                if let Some(group) = i32::try_from(pgid).ok().map(Pid::from_raw).and_then(ProcessGroup::new) {
+                    self.tree.group = Some(group);
+                }
+            }
+            (Some("D"), Some(ns)) => self.deadline = Some(Duration::from_nanos(ns)),
+            (Some("X"), _) => return Heard::Goodbye,
+            _ => {}
+        }
+        Heard::Nothing
+    }
+
+    fn signal(&mut self, signal: Signal, why: &str) {
+        if !self.tree.alive() {
+            return;
+        }
+        match self.tree.signal(signal) {
+            Ok(()) => eprintln!("leaderrun: watchdog: {why}; sent {signal} to the child's {}", self.tree),
+            Err(refused) if !self.refusal_told => {
+                self.refusal_told = true;
+                eprintln!("leaderrun: watchdog: {why}; {refused}");
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Act on the deadline at `now` (CLOCK_BOOTTIME).
+    fn tick(&mut self, now: Duration) {
+        let Some(deadline) = self.deadline.filter(|_| self.tree.known()) else { return };
+        if !self.stop_sent && now >= deadline.saturating_sub(self.kill_after) {
+            self.stop_sent = true;
+            let stop = self.stop;
+            self.signal(stop, "the lease deadline is near and leaderrun did not renew it");
+        }
+        if !self.kill_sent && now >= deadline {
+            self.kill_sent = true;
+            self.signal(Signal::SIGKILL, "the lease deadline passed");
+        }
+    }
+
+    /// The next instant `tick` has something to do; None: nothing until leaderrun speaks.
+    fn next_wake(&self) -> Option<Duration> {
+        let deadline = self.deadline.filter(|_| self.tree.known())?;
+        if !self.stop_sent {
+            Some(deadline.saturating_sub(self.kill_after))
+        } else if !self.kill_sent {
+            Some(deadline)
+        } else {
+            None
+        }
+    }
+
+    /// leaderrun is gone: stop the tree now, kill it after the grace (or at the deadline,
+    /// whichever is first), wait until it is gone, and remove its cgroup.
+    fn orphaned(&mut self) {
+        if self.tree.alive() {
+            let stop = self.stop;
+            self.signal(stop, "leaderrun died");
+            let left = self.deadline.map_or(self.kill_after, |d| d.saturating_sub(boottime()));
+            if !self.tree.wait_gone_blocking(self.kill_after.min(left)) {
+                self.signal(Signal::SIGKILL, "leaderrun died and the child outlived the grace");
+                self.tree.wait_gone_blocking(Duration::from_secs(5));
+            }
+        }
+        if let Some(cgroup) = &self.tree.cgroup {
+            let _ = cgroup.remove();
+        }
+    }
+}
+
+/// The signals meant for leaderrun or its child must not disarm the watchdog: a
+/// terminal's hangup, `kill` of a whole session, a mistaken `pkill leaderrun`. (Ctrl-C
+/// does not reach it: the terminal signals its foreground group, and the watchdog runs in
+/// a group of its own.) Only leaderrun's goodbye, or the end of its pipe, ends it.
+///
+/// SIG_IGN would do that with an `unsafe` call to sigaction. signal-hook's flag handler
+/// does it in safe code, with the same effect on the signal (the default action, which
+/// would end the process, is replaced), and records which signal came, so the watchdog
+/// can say why it is still running. A signal interrupts the poll (EINTR) and the loop
+/// reports it; one that lands just before the poll is reported at the next wake-up.
+fn catch_stray_signals() -> std::io::Result<Arc<AtomicUsize>> {
+    let last = Arc::new(AtomicUsize::new(0));
+    for signal in FORWARDED {
+        signal_hook::flag::register_usize(signal as i32, last.clone(), signal as usize)?;
+    }
+    Ok(last)
+}
+
+/// Whether the pipe has something (data or its end) to read now.
+fn readable_now(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
+/// The watchdog's main: `leaderrun __watchdog SIGNAL KILL_AFTER_NS [CGROUP_DIR]`.
+pub fn main(args: &[String]) -> u8 {
+    let parse = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok());
+    let (Some(stop), Some(kill_after)) = (parse(0), parse(1)) else {
+        eprintln!("leaderrun: __watchdog is internal to leaderrun");
+        return crate::exit::USAGE;
+    };
+    let stray = match catch_stray_signals() {
+        Ok(stray) => stray,
+        Err(err) => {
+            eprintln!("leaderrun: watchdog: cannot install its signal handlers: {err}");
+            return crate::exit::INTERNAL;
+        }
+    };
+    let timer = match BootTimer::new() {
+        Ok(timer) => timer,
+        Err(err) => {
+            eprintln!("leaderrun: watchdog: cannot make a CLOCK_BOOTTIME timer: {err}");
+            return crate::exit::INTERNAL;
+        }
+    };
+    let stop = i32::try_from(stop).ok().and_then(|s| Signal::try_from(s).ok()).unwrap_or(Signal::SIGTERM);
+    let cgroup = args.get(2).map(|dir| Cgroup::at(PathBuf::from(dir)));
+    let mut guard = Guard::new(stop, Duration::from_nanos(kill_after), cgroup);
+    let stdin = std::io::stdin();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 512];
+    let mut stray_told = false;
+    loop {
+        let caught = stray.swap(0, Ordering::Relaxed);
+        if caught != 0 && !stray_told {
+            stray_told = true;
+            let name = i32::try_from(caught).ok().and_then(|n| Signal::try_from(n).ok());
+            eprintln!(
+                "leaderrun: watchdog: ignoring {}: only leaderrun's goodbye, or leaderrun's end, stops the watchdog",
+                name.map_or_else(|| format!("signal {caught}"), |s| s.to_string())
+            );
+        }
+        // Read whatever leaderrun has already sent before judging the deadline: a
+        // renewal that reached the pipe must count.
+        if !readable_now(stdin.as_fd()) {
+            guard.tick(boottime());
+            if let Err(err) = timer.arm(guard.next_wake()) {
+                // Without its clock it cannot keep the deadline: stop the child now.
+                eprintln!("leaderrun: watchdog: cannot arm its timer: {err}");
+                break;
+            }
+            let mut fds =
+                [PollFd::new(stdin.as_fd(), PollFlags::POLLIN), PollFd::new(timer.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(_) => break,
+            }
+            let pipe_ready = fds[0].revents().is_some_and(|r| !r.is_empty());
+            timer.clear();
+            if !pipe_ready {
+                continue;
+            }
+        }
+        let n = match nix::unistd::read(&stdin, &mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(Errno::EINTR | Errno::EAGAIN) => continue,
+            Err(_) => break,
+        };
+        pending.extend_from_slice(&chunk[..n]);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            if guard.hear(&String::from_utf8_lossy(&line)) == Heard::Goodbye {
+                return 0;
+            }
+        }
+    }
+    // The pipe closed without a goodbye: leaderrun is gone.
+    guard.orphaned();
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn guard() -> Guard {
+        Guard::new(Signal::SIGTERM, SECOND, None)
+    }
+
+    #[test]
+    fn groups_0_and_1_are_never_guarded() {
+        let mut guard = guard();
+        // killpg(0) would hit the watchdog's own group, killpg(1) init's.
+        assert_eq!(guard.hear("P 0\n"), Heard::Nothing);
+        assert_eq!(guard.hear("P 1\n"), Heard::Nothing);
+        assert_eq!(guard.hear("P 99999999999\n"), Heard::Nothing, "beyond any pid");
+        assert_eq!(guard.tree.group, None);
+        guard.hear("P 4242\n");
+        assert_eq!(guard.tree.group, ProcessGroup::new(Pid::from_raw(4242)));
+        guard.hear("P 1\n");
+        assert_eq!(guard.tree.group, ProcessGroup::new(Pid::from_raw(4242)), "a bad line changes nothing");
+        assert_eq!(guard.hear("X\n"), Heard::Goodbye);
+    }
+
+    #[test]
+    fn the_timer_is_armed_at_the_stop_time_then_at_the_deadline() {
+        let mut guard = guard();
+        guard.hear("D 10000000000\n");
+        assert_eq!(guard.next_wake(), None, "no group or cgroup yet: nothing to guard");
+        guard.hear("P 4242\n");
+        assert_eq!(guard.next_wake(), Some(9 * SECOND), "deadline − kill_after");
+        guard.stop_sent = true;
+        assert_eq!(guard.next_wake(), Some(10 * SECOND), "then the deadline itself");
+        guard.kill_sent = true;
+        assert_eq!(guard.next_wake(), None, "then nothing until leaderrun speaks");
+    }
+
+    #[test]
+    fn a_renewal_moves_the_alarm_and_an_early_deadline_arms_at_zero() {
+        let mut guard = guard();
+        guard.hear("P 4242\n");
+        assert_eq!(guard.next_wake(), None, "no deadline yet");
+        guard.hear("D 500000000\n");
+        assert_eq!(guard.next_wake(), Some(Duration::ZERO), "deadline < kill_after: stop at once");
+        guard.hear("D 20000000000\n");
+        assert_eq!(guard.next_wake(), Some(19 * SECOND));
+    }
+
+    #[test]
+    fn a_cgroup_alone_is_enough_to_guard() {
+        // A leaderrun killed before the group was announced: the cgroup still holds the child.
+        let mut guard = Guard::new(Signal::SIGTERM, SECOND, Some(Cgroup::at(PathBuf::from("/nonexistent"))));
+        guard.hear("D 10000000000\n");
+        assert_eq!(guard.next_wake(), Some(9 * SECOND));
+    }
+}
