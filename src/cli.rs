@@ -77,8 +77,11 @@ gives such a lease back, found by its own identity (with a chosen --identity, wh
 share, it is left to expire). A process in uninterruptible sleep (D state, e.g. on a hung NFS mount) \
 can finish a write after SIGKILL: only the fencing token, checked by whatever it writes to, covers that.",
     "A separate watchdog process enforces the deadline even when leaderrun itself is SIGKILLed, crashes or \
-is SIGSTOPped. When the child exits, what is left of its process group is stopped too before the lease \
-is released. A process that leaves the group (setsid, double fork into a new group) escapes both.",
+is SIGSTOPped; if the watchdog dies, leaderrun starts another or stops the child. When the child exits, \
+what is left of its tree is stopped too before the lease is released. Where cgroup v2 is writable (root, \
+a delegated systemd unit) the tree is the child's own cgroup, which setsid or a double fork cannot leave; \
+elsewhere it is the process group, which they can. A child running as another user (sudo) cannot be \
+signalled without a cgroup; leaderrun says so.",
 ];
 
 /// The stores: (URL, what it guarantees and what it does not).
