@@ -48,7 +48,7 @@ from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 LEADERRUN = ROOT / "target" / "release" / "leaderrun"
-PROBE = ROOT / "target" / "release" / "leaderrun-probe"
+PROBE = ROOT / "target" / "release" / "examples" / "leaderrun-probe"
 
 # Every process this script starts carries this variable (and so do their children,
 # watchdogs included): the final sweep kills exactly those, and nothing else.
@@ -1133,8 +1133,8 @@ QUICK = dict(FULL, hf_warmup=5, hf_runs=40, handoffs=30, failovers=3, standby_se
 def prepare(build: bool) -> None:
     if build:
         cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
-        say("building: cargo build --release --bins")
-        subprocess.run([cargo, "build", "--release", "--bins"], cwd=ROOT, check=True)
+        say("building: cargo build --release --bins --examples")
+        subprocess.run([cargo, "build", "--release", "--bins", "--examples"], cwd=ROOT, check=True)
     for binary in (LEADERRUN, PROBE):
         if not binary.exists():
             sys.exit(f"bench.py: {binary} is missing (run without --no-build)")

@@ -9,7 +9,7 @@
 //! figure that must be 0), fencing tokens out of order, failover gaps per fault
 //! kind and false losses. Exit status 1 on any overlap or token disorder.
 //!
-//!     cargo run --release --bin leaderrun-faultrun -- --faults 1000
+//!     cargo build --release --bins --examples && target/release/examples/leaderrun-faultrun --faults 1000
 //!
 //! With `--store postgres` or `--store mariadb` it starts that server itself and adds
 //! the server's faults: SIGKILL and restart it, freeze it (SIGSTOP) past the ttl, and
@@ -190,10 +190,16 @@ fn parse_args() -> Result<Config, String> {
     Ok(c)
 }
 
-/// Where the binaries are: next to this one.
+/// Where the binaries are: the probe next to this one (target/*/examples/), leaderrun one
+/// directory up (target/*/).
 fn sibling(name: &str) -> PathBuf {
     let me = std::env::current_exe().expect("current_exe");
-    me.parent().expect("exe dir").join(name)
+    let here = me.parent().expect("exe dir");
+    let beside = here.join(name);
+    if beside.exists() {
+        return beside;
+    }
+    here.parent().map_or(beside.clone(), |up| up.join(name))
 }
 
 /// One contender slot: the running wrapper and its identity.

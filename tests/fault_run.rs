@@ -2,8 +2,9 @@
 //! embedded store and on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers (started by the run itself,
 //! with server kill/restart, freeze and network faults); each fails on any overlapping
 //! children or fencing-token disorder. The long run is one command:
-//! `cargo run --release --bin leaderrun-faultrun -- --faults 1000 [--store postgres]`.
+//! `cargo build --release --bins --examples && target/release/examples/leaderrun-faultrun --faults 1000 [--store postgres]`.
 
+use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -12,7 +13,9 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn short_run(store: &str, faults: usize) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = Command::new(env!("CARGO_BIN_EXE_leaderrun-faultrun"))
+    // An example (a test instrument), which `cargo test` builds beside the binary.
+    let faultrun = Path::new(env!("CARGO_BIN_EXE_leaderrun")).with_file_name("examples").join("leaderrun-faultrun");
+    let out = Command::new(&faultrun)
         .args(["--store", store, "--faults", &faults.to_string(), "--gap-min", "500ms", "--gap-max", "1500ms"])
         .output()
         .expect("run leaderrun-faultrun");
