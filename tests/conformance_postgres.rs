@@ -172,7 +172,7 @@ async fn a_table_from_before_the_kept_column_gets_it() {
     let url = format!("{}?table=old_locks", pg.server.url());
     let (a, admin) = (open_url(&url, Access::Create).await.unwrap(), open_url(&url, Access::Existing).await.unwrap());
     // Owned by another user: leaderrun may not add the column, and says what to run.
-    let err = a.acquire("x", "a", TTL).await.err().expect("refused");
+    let err = a.acquire("x", "a", TTL).await.expect_err("refused");
     assert_eq!(err.kind, ErrorKind::Refused);
     assert!(err.message.contains("ADD COLUMN IF NOT EXISTS kept"), "{}", err.message);
     pg.server.psql_in(servers::postgres::DATABASE, "ALTER TABLE old_locks OWNER TO leaderrun");

@@ -159,7 +159,9 @@ impl SqliteStore {
             match sqlx::query(ADD_KEPT).execute(&mut conn).await {
                 // Another process added it in the meantime.
                 Err(sqlx::Error::Database(db)) if db.message().contains("duplicate column") => {}
-                other => drop(other?),
+                other => {
+                    other?;
+                }
             }
         }
         Ok(conn)
