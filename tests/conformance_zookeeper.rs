@@ -186,3 +186,29 @@ async fn tls_errors_say_what_went_wrong() {
     assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
     assert!(err.message.contains("cacert=/nonexistent/ca.pem"), "{}", err.message);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn abandon_clears_a_child_left_behind_the_holder() {
+    use zookeeper_client::{Acls, Client, CreateMode};
+    let h = zk().await;
+    let (a, b, fresh) = (h.open().await, h.open().await, h.open().await);
+    let lock = unique("left-behind");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    // What an acquire whose answer never came leaves: a child of this identity behind the
+    // holder's, on a session that lives on for a while.
+    let ghost = Client::connector()
+        .with_session_timeout(Duration::from_secs(60))
+        .with_detached()
+        .connect(&format!("127.0.0.1:{}", h.server.port()))
+        .await
+        .unwrap();
+    let data = r#"{"holder":"ghost","acquired_ms":1,"session_timeout_ms":60000}"#;
+    let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    ghost.create(&format!("/leaderrun/{lock}/lease-"), data.as_bytes(), &options).await.unwrap();
+
+    fresh.abandon(&lock, "ghost").await.unwrap();
+    assert_eq!(b.status(&lock).await.unwrap().holder.as_deref(), Some("a"), "the holder is not touched");
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    let next = won(&*b, &lock, "b", TTL).await;
+    assert!(next.token > lease.token);
+}

@@ -35,9 +35,11 @@
 //!   this client wrote none, read it, check token, identity and `Leaderrun-Revoked`, and
 //!   republish expecting the message read. Only an unchanged record is ever renewed.
 //! - revoke: republish it with `Leaderrun-Revoked: 1`, the same value and the same TTL;
-//!   nothing is freed. (This may extend the expiry by up to one ttl: the safe direction.)
+//!   nothing is freed. (This may extend the expiry by up to one ttl: the safe direction.) An
+//!   entry marked `Leaderrun-Kept` (its child has exited) is deleted instead: free at once.
 //! - release: a KV delete (`KV-Operation: DEL`) expecting the message read; a waiter's watch
-//!   sees it at once. With --min-hold it republishes the entry with a TTL of the time left.
+//!   sees it at once. With --min-hold it republishes the entry with a TTL of the time left and
+//!   `Leaderrun-Kept: 1`; nobody renews such an entry.
 //! - changed: a KV watch on the key, opened before a read, so a release between the two is
 //!   not missed; it returns on a delete, purge or expiry marker, or at the caller's bound.
 //!
@@ -105,6 +107,8 @@ const MARKER_TTL: Duration = Duration::from_secs(3600);
 const TOKEN: &str = "Leaderrun-Token";
 const ACQUIRED: &str = "Leaderrun-Acquired-Ms";
 const REVOKED: &str = "Leaderrun-Revoked";
+/// On the entry a release with --min-hold leaves: its child has exited, nobody renews it.
+const KEPT: &str = "Leaderrun-Kept";
 const EXPECTED: &str = "Nats-Expected-Last-Subject-Sequence";
 const TTL: &str = "Nats-TTL";
 const KV_OPERATION: &str = "KV-Operation";
@@ -303,6 +307,8 @@ struct Entry {
     has_token: bool,
     acquired_ms: Option<u64>,
     revoked: bool,
+    /// Left by a release with --min-hold (`Leaderrun-Kept`).
+    kept: bool,
     /// `Nats-TTL`, in seconds.
     ttl_secs: Option<u64>,
     /// The server's timestamp of the message.
@@ -325,6 +331,7 @@ impl Entry {
             has_token: header_token.is_some(),
             acquired_ms: get(ACQUIRED).and_then(|t| t.parse().ok()),
             revoked: get(REVOKED).is_some_and(|v| v == "1"),
+            kept: get(KEPT).is_some_and(|v| v == "1"),
             ttl_secs: get(TTL).and_then(|t| t.parse().ok()),
             written: UNIX_EPOCH + Duration::from_nanos(nanos),
         }
@@ -625,6 +632,14 @@ impl NatsStore {
         headers
     }
 
+    /// Headers of a KV delete marker that remembers the lock's last token.
+    fn delete_headers(token: u64) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(KV_OPERATION, "DEL");
+        headers.insert(TOKEN, token.to_string());
+        headers
+    }
+
     fn record(&self, bucket: &Bucket, lock: &str, entry: Option<&Entry>) -> LockRecord {
         let Some(entry) = entry else {
             return LockRecord::free(lock);
@@ -713,7 +728,7 @@ impl Store for NatsStore {
             if entry.gone {
                 return Ok(Renew::Lost(None));
             }
-            if entry.token != lease.token || entry.holder != lease.identity || entry.revoked {
+            if entry.token != lease.token || entry.holder != lease.identity || entry.revoked || entry.kept {
                 return Ok(Renew::Lost(Some(self.record(bucket, &lease.lock, Some(&entry)))));
             }
             let acquired_ms = entry.acquired_ms.unwrap_or_else(now_ms);
@@ -745,16 +760,13 @@ impl Store for NatsStore {
                 // --min-hold: the entry stays, with a TTL of the time left; the holder no
                 // longer renews.
                 let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired, Some(left));
+                headers.insert(KEPT, "1");
                 if entry.revoked {
                     headers.insert(REVOKED, "1");
                 }
                 self.publish("release", &lease.lock, entry.seq, headers, &lease.identity).await?
             } else {
-                // A KV delete marker that remembers the token.
-                let mut headers = HeaderMap::new();
-                headers.insert(KV_OPERATION, "DEL");
-                headers.insert(TOKEN, lease.token.to_string());
-                self.publish("release", &lease.lock, entry.seq, headers, "").await?
+                self.publish("release", &lease.lock, entry.seq, Self::delete_headers(lease.token), "").await?
             };
             if done.is_some() {
                 return Ok(());
@@ -810,6 +822,13 @@ impl Store for NatsStore {
                 return Ok(None);
             }
             let before = self.record(bucket, lock, Some(&entry));
+            if entry.kept {
+                // A --min-hold keep: its child has exited and no holder is left to free it.
+                if self.publish("revoke", lock, entry.seq, Self::delete_headers(entry.token), "").await?.is_some() {
+                    return Ok(Some(before));
+                }
+                continue;
+            }
             // Same value, same token and TTL: nothing is freed.
             let ttl = entry.ttl_secs.map(Duration::from_secs);
             let acquired = entry

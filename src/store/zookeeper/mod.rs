@@ -43,7 +43,11 @@
 //!   multi-op replaces the ephemeral child with a persistent one at the same path, data
 //!   `{..., keep_until_ms}`: it outlives the session, and an acquirer that finds it lowest and
 //!   past `keep_until_ms` on ITS wall clock deletes it (guarded by version) and tries again.
-//! - revoke: set `revoked` in the holder's child, guarded by version: nothing is freed.
+//! - revoke: set `revoked` in the holder's child, guarded by version: nothing is freed. A --min-hold
+//!   child (persistent: its child has exited, no session holds it) is deleted instead, which frees
+//!   the lock at once.
+//! - abandon (after an acquire whose answer never came): delete every child of the lock that
+//!   carries this run's identity, the holder's or one waiting behind it.
 //! - changed: a watch on the lowest child (the holder: the "predecessor" of every contender), for
 //!   its deletion or change.
 //!
@@ -277,13 +281,7 @@ impl Store for ZooKeeperStore {
                 Err(e) => return Err(self.error("release", &e)),
             }
         }
-        // The lease's session holds nothing now: keep it as the spare.
-        let mut inner = self.inner.lock().unwrap();
-        if let Some(held) = inner.leases.remove(&path) {
-            if held.zk.live() && inner.spare.as_ref().is_none_or(|s| !s.live() || s.requested != held.zk.requested) {
-                inner.spare = Some(held.zk);
-            }
-        }
+        self.retire(&path);
         Ok(())
     }
 
@@ -329,10 +327,17 @@ impl Store for ZooKeeperStore {
             if !before.is_held() {
                 return Ok(None);
             }
-            let data = serde_json::to_vec(&Value { revoked: true, ..value }).unwrap();
             let path = self.child(lock, seq);
-            match self.req("revoke", &zk, |c| c.set_data(&path, &data, Some(stat.version))).await {
-                Ok(_) => return Ok(Some(before)),
+            let done = if stat.ephemeral_owner == 0 {
+                // A --min-hold keep (a persistent child): its child has exited and no holder is left
+                // to free it, so it is deleted now.
+                self.req("revoke", &zk, |c| c.delete(&path, Some(stat.version))).await
+            } else {
+                let data = serde_json::to_vec(&Value { revoked: true, ..value }).unwrap();
+                self.req("revoke", &zk, |c| c.set_data(&path, &data, Some(stat.version))).await.map(drop)
+            };
+            match done {
+                Ok(()) => return Ok(Some(before)),
                 Err(ZkError::BadVersion) | Err(ZkError::NoNode) => continue,
                 Err(e) => return Err(self.error("revoke", &e)),
             }
@@ -341,6 +346,40 @@ impl Store for ZooKeeperStore {
             "zookeeper store {}: lock {lock:?} kept changing during revoke",
             self.shown
         )))
+    }
+
+    /// Every child of the lock that carries this identity is deleted, not only the holder's: an
+    /// acquire whose answer never came may have left its child behind the holder's, and that
+    /// child would hold the lock for nobody once the holder is gone, until its session times out.
+    async fn abandon(&self, lock: &str, identity: &str) -> Result<()> {
+        let zk = self.read_session().await?;
+        let parent = self.parent(lock);
+        // The acquire may have gone through another server: see every write committed before.
+        match self.req("sync", &zk, |c| c.sync(&parent)).await {
+            Ok(()) | Err(ZkError::NoNode) => {}
+            Err(e) => return Err(self.error("sync", &e)),
+        }
+        let Some((seqs, _)) = self.children("abandon", &zk, lock).await? else {
+            return Ok(());
+        };
+        for seq in seqs {
+            let path = self.child(lock, seq);
+            for _ in 0..MAX_RACES {
+                let Some((value, stat)) = self.read_child("abandon", &zk, &path).await? else {
+                    break;
+                };
+                if value.holder != identity {
+                    break;
+                }
+                match self.req("abandon", &zk, |c| c.delete(&path, Some(stat.version))).await {
+                    Ok(()) | Err(ZkError::NoNode) => break,
+                    Err(ZkError::BadVersion) => continue,
+                    Err(e) => return Err(self.error("abandon", &e)),
+                }
+            }
+            self.retire(&path);
+        }
+        Ok(())
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {

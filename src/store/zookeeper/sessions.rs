@@ -215,6 +215,17 @@ impl ZooKeeperStore {
         });
     }
 
+    /// A lease of ours is over (released, or abandoned): its session holds nothing now and is kept
+    /// as the spare, which the next acquire with the same ttl reuses.
+    pub(super) fn retire(&self, path: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        if let Some(held) = inner.leases.remove(path) {
+            if held.zk.live() && inner.spare.as_ref().is_none_or(|s| !s.live() || s.requested != held.zk.requested) {
+                inner.spare = Some(held.zk);
+            }
+        }
+    }
+
     /// Forget a lease of ours whose session is gone or given up.
     pub(super) fn forget(&self, path: &str) {
         self.inner.lock().unwrap().abandon(path);
