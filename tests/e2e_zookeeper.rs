@@ -142,3 +142,16 @@ fn runs_over_mutual_tls() {
     let (code, status) = status_json(&sb, &url, "tls");
     assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(token)), "held for --min-hold: {status}");
 }
+
+#[test]
+fn a_ttl_above_the_servers_longest_session_exits_69_in_one_line() {
+    let (zk, sb) = (ZooKeeper::start_with_default_session_limits(), Sandbox::new());
+    let url = format!("zk://app:Secret-Password-9@127.0.0.1:{}", zk.port());
+    let out = sb.output(sb.at(&url, &["--lock", "long", "--ttl", "10s", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("maxSessionTimeout") && err.contains("app:***@"), "{err:?}");
+    assert!(!err.contains("Secret-Password-9"), "{err:?}");
+    assert!(!sb.exists("ran"), "nothing runs");
+}

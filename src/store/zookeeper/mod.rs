@@ -10,14 +10,17 @@
 //!   revoked, session_timeout_ms}` (JSON). The lowest-numbered child holds the lock.
 //!
 //! The lease is a ZooKeeper session. Each acquisition gets a session of its own whose timeout is
-//! the ttl + 25% (in ms, rounded up; see `session_for` for why the quarter); its child lives as
-//! long as that session does. ZooKeeper's leader expires a session when it has heard nothing from
-//! its client for the session timeout, on its own clock, and rounds that up to the next expiry
-//! bucket (a tick); after a leader change or a restart every session gets a fresh full timeout.
-//! Expiry is only ever later, never earlier. If the server negotiates a timeout SHORTER than
-//! asked (its `maxSessionTimeout`, 20 ticks by default), acquire is refused: the server could
-//! expire the lease before the holder's deadline. A longer one (its `minSessionTimeout`, 2 ticks
-//! by default) is safe: takeover is slower.
+//! the ttl + 25% + the servers' tick (in ms, rounded up; see `session_for` for why); its child
+//! lives as long as that session does. ZooKeeper's leader expires a session when it has heard
+//! nothing from its client for the session timeout, on its own clock, and rounds that up to the
+//! next expiry bucket (a tick); after a leader change or a restart every session gets a fresh full
+//! timeout. Expiry is only ever later, never earlier. The protocol does not carry the tick: the
+//! store bounds it by half the timeout the servers grant its first session, which asks for 4 s
+//! (a server grants at least its `minSessionTimeout`, 2 ticks by default; see `tick_bound`). If
+//! the server negotiates a timeout SHORTER than asked (its `maxSessionTimeout`, 20 ticks by
+//! default), acquire is refused: the server could expire the lease before the holder's deadline;
+//! `longest_ttl` learns that limit by asking for a session longer than any. A longer one (its
+//! `minSessionTimeout`) is safe: takeover is slower.
 //!
 //! - acquire: read first (a held lock needs no write); else create an ephemeral sequential child
 //!   and list the children: if ours is the lowest, the lock is ours (the recipe of ZooKeeper's
@@ -32,7 +35,8 @@
 //! - renew: `sync`, then read our child ON THE SESSION THAT OWNS IT: gone → lost; revoked or
 //!   another holder → lost (with the record); else renewed. The request itself tells the server
 //!   the session is alive, so the leader cannot expire it before send time + ttl (`session_for`);
-//!   `sync` goes through the leader, so a server cut off from it cannot confirm a renewal.
+//!   `sync` goes through the leader, so a server cut off from it cannot confirm a renewal (but a
+//!   `sync` does not tell the leader the session is alive: only the server's pings do).
 //!   Between renewals the client library's heartbeats keep the session alive too; so that a lease
 //!   its holder stops renewing lapses as in every other store, the store gives a lease's session
 //!   up (without closing it: no more heartbeats, the server expires it one session timeout later)
@@ -63,7 +67,9 @@
 //! `expires_in` of a held lock is the holder's session timeout, an upper bound. A process that
 //! exits or dies without release leaves its lease until its session times out, like a killed
 //! process (the store never closes a session: a dropped store's leases lapse on their own).
-//! Servers before 3.5 are not supported. Each leaderrun process opens one or two connections, and
+//! A minSessionTimeout configured below 2 ticks makes the tick bound too short: not supported.
+//! Servers before 3.5 are not supported. A run opens two connections (reads and watches; its
+//! lease), and a third for a moment to learn the longest session when no --ttl is given;
 //! ZooKeeper limits the connections per client address (`maxClientCnxns`, 60 by default).
 //!
 //! Auth: `user:pass@` is ZooKeeper's `digest` scheme; nodes are then created with a creator-only
@@ -84,6 +90,7 @@ mod names;
 mod nodes;
 mod sessions;
 mod target;
+mod timeouts;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -96,9 +103,10 @@ use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use names::decode;
 use nodes::{now_ms, Attempt, Lookup, Value, MAX_RACES};
-use sessions::{ceil_ms, session_for, Held, Inner, Zk, DEFAULT_TTL};
+use sessions::{Held, Inner, Zk};
 use target::tls_options;
 pub use target::{Target, DEFAULT_ROOT};
+use timeouts::{ceil_ms, longest_ttl_within, session_for, tick_bound, SPARE_SESSION};
 
 pub struct ZooKeeperStore {
     hosts: String,
@@ -110,6 +118,10 @@ pub struct ZooKeeperStore {
     /// The URL without its password, for messages.
     shown: String,
     inner: Arc<Mutex<Inner>>,
+    /// The most the servers' tick can be (from the first session's timeout: `tick_bound`).
+    tick: Duration,
+    /// The longest session the servers grant, once asked (`longest_ttl`).
+    longest_session: tokio::sync::OnceCell<Duration>,
 }
 
 impl ZooKeeperStore {
@@ -122,7 +134,7 @@ impl ZooKeeperStore {
             Some(files) => Some(tls_options(files, &shown)?),
             None => None,
         };
-        let store = Self {
+        let mut store = Self {
             hosts: target.hosts.clone(),
             user: target.user.clone(),
             tls,
@@ -130,8 +142,11 @@ impl ZooKeeperStore {
             access,
             shown,
             inner: Arc::new(Mutex::new(Inner::default())),
+            tick: Duration::ZERO,
+            longest_session: tokio::sync::OnceCell::new(),
         };
-        let zk = store.connect(session_for(DEFAULT_TTL)).await?;
+        let zk = store.connect(SPARE_SESSION).await?;
+        store.tick = tick_bound(zk.granted());
         let root = store.root.clone();
         match store.req("open", &zk, |c| c.get_data(&root)).await {
             Ok(_) | Err(ZkError::NoNode) => {}
@@ -145,16 +160,21 @@ impl ZooKeeperStore {
 #[async_trait]
 impl Store for ZooKeeperStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        let (ttl, wanted) = (Duration::from_millis(ceil_ms(ttl)), session_for(ttl));
+        let (ttl, wanted) = (Duration::from_millis(ceil_ms(ttl)), session_for(ttl, self.tick));
         let zk = self.take_session(wanted).await?;
         if zk.granted() < wanted {
+            // The server could expire the lease before its holder's deadline. It clamped the
+            // timeout asked for to its longest: what it granted is that.
             let message = format!(
-                "zookeeper store {}: the server grants sessions of {} ms, shorter than the {} ms a ttl of {} ms needs \
-                 (ttl + 25%): raise the server's maxSessionTimeout (20 ticks by default) or use a shorter --ttl",
+                "zookeeper store {}: a --ttl of {} needs sessions of {} ms (ttl + 25% + a tick of at most {} ms), \
+                 but the server grants at most {} ms (its maxSessionTimeout, 20 ticks by default): use a --ttl of \
+                 at most {}, or raise maxSessionTimeout",
                 self.shown,
-                zk.granted().as_millis(),
+                humantime::format_duration(ttl),
                 wanted.as_millis(),
-                ttl.as_millis()
+                self.tick.as_millis(),
+                zk.granted().as_millis(),
+                humantime::format_duration(longest_ttl_within(zk.granted(), self.tick)),
             );
             self.give_back(zk);
             return Err(StoreError::refused(message));
@@ -209,7 +229,7 @@ impl Store for ZooKeeperStore {
             self.forget(&path);
             return Ok(Renew::Lost(None));
         }
-        let (ttl, wanted) = (Duration::from_millis(ceil_ms(ttl)), session_for(ttl));
+        let (ttl, wanted) = (Duration::from_millis(ceil_ms(ttl)), session_for(ttl, self.tick));
         if zk.granted() < wanted {
             return Err(StoreError::refused(format!(
                 "zookeeper store {}: cannot renew for {} ms a lease whose session times out after {} ms",
@@ -380,6 +400,13 @@ impl Store for ZooKeeperStore {
             self.retire(&path);
         }
         Ok(())
+    }
+
+    /// The longest ttl whose session the servers grant: their maxSessionTimeout, learned once by
+    /// asking for a longer session, less the tick and over 5/4 (`session_for` inverted).
+    async fn longest_ttl(&self) -> Result<Option<Duration>> {
+        let longest = *self.longest_session.get_or_try_init(|| self.ask_longest_session()).await?;
+        Ok(Some(longest_ttl_within(longest, self.tick)))
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {

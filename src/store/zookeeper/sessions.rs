@@ -6,35 +6,20 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::time::{timeout, Instant};
-use zookeeper_client::{Client, Error as ZkError, SessionState};
+use zookeeper_client::{Client, Connector, Error as ZkError, SessionState};
 
+use super::timeouts::{LONGEST_SESSION_ASKED, SPARE_SESSION};
 use super::ZooKeeperStore;
 use crate::store::Result;
 
 /// Bound on every request (the elector bounds its calls too, usually tighter).
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// leaderrun's default --ttl: sessions opened to read are made for it, so that a run with the
-/// default reuses its first session for the lease.
-pub(super) const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// Leases whose session this store gave up, remembered so that they are never renewed.
 const ABANDONED_KEPT: usize = 1024;
 
-/// Milliseconds, rounded up, at least 1: ZooKeeper's session timeouts are whole ms.
-pub(super) fn ceil_ms(d: Duration) -> u64 {
-    (d.as_nanos().div_ceil(1_000_000) as u64).max(1)
-}
-
-/// The session timeout a lease of `ttl` needs: a quarter more, rounded up to whole ms.
-///
-/// A server passes its clients' activity on to the leader (which expires sessions) at its next
-/// tick; one that loses the leader right after answering a renewal may never pass that one on,
-/// and the leader then times the session from the client's activity before it. The client
-/// library is never silent for more than a fifth of the session timeout (it heartbeats after
-/// 3/20 of it, checked every 1/20), so the session lasts at least 4/5 of its timeout after any
-/// renewal was sent: 4/5 × 5/4 × ttl = ttl.
-pub(super) fn session_for(ttl: Duration) -> Duration {
-    Duration::from_millis(ceil_ms(ttl).saturating_mul(5).div_ceil(4))
-}
+/// How long a connection attempt to one server may take while learning the longest session:
+/// that session's own timeout would give a server that does not answer days.
+const PROBE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One session.
 #[derive(Clone)]
@@ -97,7 +82,22 @@ impl ZooKeeperStore {
     /// A new session asking for `timeout` (the server clamps it to its min/max). Detached: the
     /// store never closes a session, a dropped one stops heartbeating and times out.
     pub(super) async fn connect(&self, session: Duration) -> Result<Zk> {
-        let mut connector = Client::connector().with_session_timeout(session).with_detached().with_fail_eagerly();
+        self.connect_with(Client::connector().with_session_timeout(session).with_detached(), session).await
+    }
+
+    /// The longest session the server grants (its maxSessionTimeout), learned by asking for one
+    /// longer than any. That session is closed at once (it is not detached): a process killed
+    /// before would leave it on the servers for as long.
+    pub(super) async fn ask_longest_session(&self) -> Result<Duration> {
+        let connector = Client::connector()
+            .with_session_timeout(LONGEST_SESSION_ASKED)
+            .with_connection_timeout(PROBE_CONNECTION_TIMEOUT);
+        let zk = self.connect_with(connector, LONGEST_SESSION_ASKED).await?;
+        Ok(zk.granted())
+    }
+
+    async fn connect_with(&self, connector: Connector, session: Duration) -> Result<Zk> {
+        let mut connector = connector.with_fail_eagerly();
         if let Some((user, password)) = &self.user {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
@@ -158,7 +158,7 @@ impl ZooKeeperStore {
     }
 
     pub(super) async fn new_spare(&self) -> Result<Zk> {
-        let zk = self.connect(session_for(DEFAULT_TTL)).await?;
+        let zk = self.connect(SPARE_SESSION).await?;
         let mut inner = self.inner.lock().unwrap();
         match inner.spare.clone().filter(Zk::live) {
             Some(other) => Ok(other),
@@ -229,19 +229,5 @@ impl ZooKeeperStore {
     /// Forget a lease of ours whose session is gone or given up.
     pub(super) fn forget(&self, path: &str) {
         self.inner.lock().unwrap().abandon(path);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timeouts_round_up() {
-        assert_eq!(ceil_ms(Duration::from_micros(300_001)), 301);
-        assert_eq!(ceil_ms(Duration::from_secs(30)), 30_000);
-        assert_eq!(ceil_ms(Duration::ZERO), 1);
-        assert_eq!(session_for(Duration::from_secs(15)), Duration::from_millis(18_750));
-        assert_eq!(session_for(Duration::from_millis(1001)), Duration::from_millis(1252));
     }
 }
