@@ -106,6 +106,24 @@ async fn a_ttl_above_the_buckets_max_age_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_longest_ttl_is_the_buckets_max_age() {
+    let nt = nt().await;
+    let max_age = Duration::from_millis(4500);
+    nt.server.choria_bucket_with_max_age(max_age).await;
+    let store = open_url(&format!("{}/CHORIA_LEADER_ELECTION", nt.server.url()), Access::Create).await.unwrap();
+    assert_eq!(store.longest_ttl().await.unwrap(), Some(max_age));
+    // That long is kept; a ms longer the server would drop before the holder's deadline.
+    let lease = won(&*store, "my_app", "a", max_age).await;
+    assert_eq!(store.renew(&lease, max_age).await.unwrap(), Renew::Renewed);
+    let err = store.acquire("other", "a", max_age + Duration::from_millis(1)).await.expect_err("over the max age");
+    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    assert!(err.message.contains("max age") && !err.message.contains('\n'), "{}", err.message);
+
+    // leaderrun's own bucket has per-message TTL and no max age: no limit.
+    assert_eq!(nt.open().await.longest_ttl().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leaderrun_bucket_expires_leases_with_a_per_message_ttl() {
     let nt = nt().await;
     let store = nt.open().await;

@@ -50,8 +50,9 @@
 //! Otherwise (Choria's bucket: a bucket-wide max age, 60 s by default) the lease lasts the
 //! bucket's max age from its last write. A max age also caps a per-message TTL (the server
 //! removes a message at the earlier of the two), so a --ttl longer than the bucket's max
-//! age is refused: the server would drop the key before the holder's deadline. A --ttl
-//! shorter than it is safe, but a crashed holder's lease then lasts the max age, not ttl.
+//! age is refused: the server would drop the key before the holder's deadline (`longest_ttl`
+//! says so before, for a run that picks its own ttl). A --ttl shorter than it is safe, but a
+//! crashed holder's lease then lasts the max age, not ttl.
 //! A bucket with neither never expires anything, and is refused.
 //!
 //! What is NOT guaranteed:
@@ -841,6 +842,16 @@ impl Store for NatsStore {
             }
         }
         Err(StoreError::unavailable(format!("nats store {}: lock {lock:?} kept changing during revoke", self.shown)))
+    }
+
+    /// The bucket's max age, which `check_ttl` holds every ttl to (it caps a per-message TTL
+    /// too). None without one: per-message TTL sets no limit, and a bucket with neither cannot
+    /// hold a lease at all (acquire says so).
+    async fn longest_ttl(&self) -> Result<Option<Duration>> {
+        let Some(bucket) = self.bucket().await? else {
+            return Ok(None);
+        };
+        Ok(Some(bucket.max_age).filter(|age| !age.is_zero()))
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
