@@ -203,10 +203,15 @@ async fn errors_say_what_went_wrong_without_the_password() {
         &password,
     );
 
-    let bad = format!("nats://{USER}:{password}@127.0.0.1:{port}/no.dots.allowed");
-    check(open_url(&bad, Access::Create).await.err().unwrap(), ErrorKind::Refused, "bucket name", &password);
-    let bad = format!("nats://{USER}:{password}@127.0.0.1:{port}?replicas=many");
-    check(open_url(&bad, Access::Create).await.err().unwrap(), ErrorKind::Refused, "replicas", &password);
+    // A bad bucket name or parameter is bad usage, found before anything connects.
+    for (bad, needle) in
+        [("/no.dots.allowed", "bucket name"), ("?replicas=many", "?replicas=many"), ("?tls=on", "?tls=on")]
+    {
+        let err = StoreSpec::from_url(&format!("nats://{USER}:{password}@127.0.0.1:{port}{bad}")).unwrap_err();
+        assert!(err.contains(needle) && err.contains("***") && !err.contains(&password), "{err}");
+        assert!(!err.contains('\n'), "one line: {err:?}");
+    }
+    // A file a parameter names is read when the store opens.
     let bad = format!("nats://{USER}:{password}@127.0.0.1:{port}?creds=/nonexistent/user.creds");
     check(open_url(&bad, Access::Create).await.err().unwrap(), ErrorKind::Refused, "user.creds", &password);
 

@@ -116,7 +116,7 @@ const KV_OPERATION: &str = "KV-Operation";
 const MARKER_REASON: &str = "Nats-Marker-Reason";
 
 /// The parts of a `nats://` URL, parsed once while the command line is checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
     /// The URL without its password or token, for messages.
     pub shown: String,
@@ -131,7 +131,7 @@ pub struct Target {
     tls_key: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Auth {
     None,
     User(String, String),
@@ -139,9 +139,38 @@ enum Auth {
 }
 
 impl Target {
-    /// Parse a `nats://` URL; the error is a bare reason, naming the part.
+    /// Parse a `nats://` URL; the error is a bare reason, naming the part, and never the
+    /// password or token.
     pub fn parse(url: &str) -> std::result::Result<Self, String> {
         parse_url(url)
+    }
+}
+
+/// Shown as messages show the store: never the password or token.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Target({})", self.shown)
+    }
+}
+
+/// The user, never the password or token.
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::None => write!(f, "None"),
+            Auth::User(user, _) => write!(f, "User({user:?}, ***)"),
+            Auth::Token(_) => write!(f, "Token(***)"),
+        }
+    }
+}
+
+/// A yes-or-no parameter: `1` or `true`, `0` or `false`. Anything else is refused: a misspelt
+/// value must not silently turn TLS on or off.
+fn switch(key: &str, value: &str) -> std::result::Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err(format!("?{key}={value} is not 1, true, 0 or false")),
     }
 }
 
@@ -155,7 +184,9 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
     }
     let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
     let auth = match url.userinfo {
+        Some((user, Some(_))) if user.is_empty() => return Err(bad("user:pass@ names no user")),
         Some((user, Some(pass))) => Auth::User(user, pass),
+        Some((token, None)) if token.is_empty() => return Err(bad("token@ is empty")),
         Some((token, None)) => Auth::Token(token),
         None => Auth::None,
     };
@@ -178,7 +209,12 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
         }
         target.bucket = bucket;
     }
+    let (mut seen, mut tls) = (Vec::new(), None);
     for (key, value) in &url.params {
+        if seen.contains(&key) {
+            return Err(format!("?{key}= is given twice"));
+        }
+        seen.push(key);
         let file =
             || (!value.is_empty()).then(|| PathBuf::from(&value)).ok_or_else(|| bad(&format!("?{key}= needs a file")));
         match key.as_str() {
@@ -190,7 +226,7 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
                     .ok_or_else(|| bad(&format!("?replicas={value} is not a number from 1 to 5")))?
             }
             "creds" => target.creds = Some(file()?),
-            "tls" => target.tls = !matches!(value.as_str(), "0" | "false"),
+            "tls" => tls = Some(switch(key, value)?),
             "tlsca" => target.tls_ca = Some(file()?),
             "tlscert" => target.tls_cert = Some(file()?),
             "tlskey" => target.tls_key = Some(file()?),
@@ -205,7 +241,11 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
     if target.tls_cert.is_some() != target.tls_key.is_some() {
         return Err(bad("?tlscert= and ?tlskey= go together"));
     }
-    target.tls |= target.tls_ca.is_some() || target.tls_cert.is_some();
+    let files = target.tls_ca.is_some() || target.tls_cert.is_some();
+    if files && tls == Some(false) {
+        return Err(bad("?tlsca=, ?tlscert= and ?tlskey= are for TLS, which ?tls=0 turns off"));
+    }
+    target.tls = tls.unwrap_or(false) || files;
     Ok(target)
 }
 
@@ -885,6 +925,32 @@ mod tests {
         assert!(Target::parse("nats://h?tlscert=/c.pem").is_err());
         assert!(Target::parse("nats:h").is_err());
         assert!(Target::parse("nats://h?tls_ca=/ca.pem").unwrap_err().contains("unknown parameter ?tls_ca="));
+    }
+
+    #[test]
+    fn every_parameter_is_checked() {
+        let (t, err) = (|u: &str| Target::parse(u).unwrap(), |u: &str| Target::parse(u).unwrap_err());
+        assert_eq!(err("nats://h?tls=on"), "?tls=on is not 1, true, 0 or false");
+        assert_eq!(err("nats://h?tls"), "?tls= is not 1, true, 0 or false");
+        assert_eq!(err("nats://h?replicas=3&replicas=1"), "?replicas= is given twice");
+        assert_eq!(err("nats://h?replicas=0"), "?replicas=0 is not a number from 1 to 5");
+        assert_eq!(err("nats://h?creds="), "?creds= needs a file");
+        assert_eq!(
+            err("nats://h?tls=0&tlsca=/ca.pem"),
+            "?tlsca=, ?tlscert= and ?tlskey= are for TLS, which ?tls=0 turns off"
+        );
+        assert_eq!(err("nats://:hunter2@h"), "user:pass@ names no user");
+        assert_eq!(err("nats://@h"), "token@ is empty");
+        assert!(!t("nats://h?tls=false").tls && t("nats://h?tls=TRUE").tls && t("nats://h?tlsca=/ca").tls);
+    }
+
+    #[test]
+    fn debug_never_shows_the_password_or_token() {
+        for url in ["nats://u:hunter2@h/B", "nats://hunter2@h"] {
+            let target = Target::parse(url).unwrap();
+            let shown = format!("{target:?} {:?}", target.auth);
+            assert!(!shown.contains("hunter2") && shown.contains("***"), "{shown}");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub const DEFAULT_ROOT: &str = "/leaderrun";
 const DEFAULT_PORT: u16 = 2181;
 
 /// The parts of a `zk://` URL, parsed once while the command line is checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
     /// The URL without its password, for messages.
     pub shown: String,
@@ -26,9 +26,27 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parse a `zk://` or `zookeeper://` URL; the error is a bare reason, naming the part.
+    /// Parse a `zk://` or `zookeeper://` URL; the error is a bare reason, naming the part, and
+    /// never the password.
     pub fn parse(url: &str) -> std::result::Result<Self, String> {
         parse_url(url)
+    }
+}
+
+/// Shown as messages show the store: never the password.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Target({})", self.shown)
+    }
+}
+
+/// A yes-or-no parameter: `1` or `true`, `0` or `false`. Anything else is refused: a misspelt
+/// value must not silently turn TLS on or off.
+fn switch(key: &str, value: &str) -> std::result::Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err(format!("?{key}={value} is not 1, true, 0 or false")),
     }
 }
 
@@ -41,13 +59,23 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
         return Err(bad(expected));
     }
     let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
-    let (mut tls, mut files) = (false, TlsFiles::default());
+    let (mut tls, mut files, mut seen) = (false, TlsFiles::default(), Vec::new());
     for (key, value) in &url.params {
         // `zookeeper.client.secure` is the Java client's name for it.
-        if matches!(key.as_str(), "tls" | "secure" | "zookeeper.client.secure") {
-            tls = !matches!(value.as_str(), "0" | "false");
+        let is_tls = matches!(key.as_str(), "tls" | "secure" | "zookeeper.client.secure");
+        let name = if is_tls { "tls" } else { key.as_str() };
+        if seen.contains(&name) {
+            return Err(format!("?{key}= is given twice"));
+        }
+        seen.push(name);
+        if is_tls {
+            tls = switch(key, value)?;
         } else if !files.take(key, value) {
-            return Err(format!("unknown parameter ?{key}= (known: tls, cacert, cert, key)"));
+            return Err(format!(
+                "unknown parameter ?{key}= (known: tls or zookeeper.client.secure, cacert, cert, key)"
+            ));
+        } else if value.is_empty() {
+            return Err(format!("?{key}= needs a file"));
         }
     }
     files.check(tls, "?tls=1, for the server's secureClientPort").map_err(|why| bad(&why))?;
@@ -62,6 +90,9 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
     }
     if root == "/zookeeper" || root.starts_with("/zookeeper/") {
         return Err(bad("/zookeeper is ZooKeeper's own subtree; choose another path"));
+    }
+    if url.userinfo.as_ref().is_some_and(|(user, _)| user.is_empty()) {
+        return Err(bad("user:pass@ names no user"));
     }
     let user = url.userinfo.map(|(user, pass)| (user, pass.unwrap_or_default()));
     Ok(Target { shown, hosts: url.hosts.join(","), user, root, tls: tls.then_some(files) })
@@ -113,5 +144,29 @@ mod tests {
         assert!(Target::parse("zk://h/a//b").is_err());
         assert!(Target::parse("zk://h/a/../b").is_err());
         assert!(Target::parse("zk://h/zookeeper").is_err());
+    }
+
+    #[test]
+    fn every_parameter_is_checked() {
+        let err = |u: &str| Target::parse(u).unwrap_err();
+        assert_eq!(
+            err("zk://h?bogus=1"),
+            "unknown parameter ?bogus= (known: tls or zookeeper.client.secure, cacert, cert, key)"
+        );
+        assert_eq!(err("zk://h?tls=yes&cacert=/ca"), "?tls=yes is not 1, true, 0 or false");
+        assert_eq!(err("zk://h?tls&cacert=/ca"), "?tls= is not 1, true, 0 or false");
+        assert_eq!(err("zk://h?tls=1&secure=0&cacert=/ca"), "?secure= is given twice");
+        assert_eq!(err("zk://h?tls=1&cacert=/a&cacert=/b"), "?cacert= is given twice");
+        assert_eq!(err("zk://h?tls=1&cacert="), "?cacert= needs a file");
+        assert_eq!(err("zk://:hunter2@h"), "user:pass@ names no user");
+        assert!(Target::parse("zk://h?tls=TRUE&cacert=/ca").unwrap().tls.is_some());
+        assert!(Target::parse("zk://h?tls=0").unwrap().tls.is_none());
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let target = Target::parse("zk://app:hunter2@h?tls=1&cacert=/ca").unwrap();
+        let shown = format!("{target:?}");
+        assert!(!shown.contains("hunter2") && shown.contains("app:***@h"), "{shown}");
     }
 }
