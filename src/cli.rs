@@ -134,22 +134,24 @@ pub const STORES: &[(&str, &str)] = &[
     (
         "nats://[user:pass@|token@]host:4222[,host2:4222...][/BUCKET][?replicas=N&creds=FILE&tls=1&tlsca=FILE]",
         "One key per lock in a JetStream KV bucket (default leaderrun, created with per-message TTL); writes are \
-         compare-and-sets on the key's last revision, the fencing token is the acquiring write's revision (tokens \
-         grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key. The value is the \
-         holder's identity, as Choria writes it: with /CHORIA_LEADER_ELECTION, Choria's tools show the leaderrun \
-         holder, and deleting the key (Choria's evict) stops it at its next renewal. A --ttl above a bucket's max \
-         age is refused. Needs jetstream { sync_interval: always } to keep acknowledged writes across a crash, and \
-         replicas=3 in a cluster; expiry follows the server's wall clock.",
+         compare-and-sets on the key's last revision, the fencing token is the acquiring write's revision \
+         (tokens grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key. The \
+         value is the holder's identity, as Choria writes it: with /CHORIA_LEADER_ELECTION, Choria's tools show \
+         the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. A --ttl above \
+         a bucket's max age is refused (without --ttl, a run picks one within it). Needs jetstream { \
+         sync_interval: always } to keep acknowledged writes across a crash, and replicas=3 in a cluster; expiry \
+         follows the server's wall clock.",
     ),
     (
         "zk://[user:pass@]host:2181[,host2:2181...][/path][?tls=1&cacert=FILE]",
-        "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl + 25%: an ephemeral \
-         sequential child of the lock's node, the lowest child holding it; the fencing token is its sequence \
-         number + 1. Expiry is judged by the ZooKeeper leader; a session longer than the server's \
-         maxSessionTimeout is refused. Renewals sync and read the child on its own session; waiters watch the \
-         holder's child. user:pass is the digest scheme, with creator-only ACLs. --min-hold is judged on wall \
-         clocks. Never delete the lock nodes by hand. TLS: ?tls=1&cacert=FILE (the secureClientPort), and a client \
-         certificate from &cert=FILE&key=FILE.",
+        "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl + 25% + the servers' tick \
+         (at most half the timeout they grant a 4 s session): an ephemeral sequential child of the lock's node, \
+         the lowest child holding it; the fencing token is its sequence number + 1. Expiry is judged by the \
+         ZooKeeper leader; a --ttl whose session the server's maxSessionTimeout does not allow is refused \
+         (without --ttl, a run picks one that fits). Renewals sync and read the child on its own session; \
+         waiters watch the holder's child. user:pass is the digest scheme, with creator-only ACLs. --min-hold is \
+         judged on wall clocks. Never delete the lock nodes by hand. TLS: ?tls=1&cacert=FILE (the \
+         secureClientPort), and a client certificate from &cert=FILE&key=FILE.",
     ),
     (
         "grants",

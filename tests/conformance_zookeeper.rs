@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use conformance::{held, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
-use servers::zookeeper::{ZooKeeper, MAX_SESSION_TIMEOUT_MS};
+use servers::zookeeper::{ZooKeeper, DEFAULT_MAX_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS, TICK_MS};
 
 struct ZkHarness {
     server: ZooKeeper,
@@ -75,8 +75,10 @@ async fn errors_say_what_went_wrong_without_the_password() {
 
     let closed = format!("zk://app:hunter2@127.0.0.1:{}", servers::free_port());
     check(open_url(&closed, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "***");
+    // TLS without the server's CA is bad usage, found before anything connects.
     let tls = format!("zk://app:hunter2@127.0.0.1:{port}?tls=1");
-    check(open_url(&tls, Access::Create).await.err().unwrap(), ErrorKind::Refused, "cacert=FILE");
+    let err = StoreSpec::from_url(&tls).expect_err("TLS needs cacert=");
+    assert!(err.contains("cacert=FILE") && !err.contains("hunter2") && !err.contains('\n'), "{err}");
 
     // A ttl longer than the longest session the server grants: the server would expire the
     // lease before its holder's deadline.
@@ -131,16 +133,44 @@ async fn the_path_separates_users_of_one_ensemble() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_lease_session_outlasts_the_ttl_by_a_quarter() {
+async fn a_lease_session_outlasts_the_ttl_by_a_quarter_and_a_tick() {
     let h = zk().await;
     let store = h.open().await;
     let lock = unique("quarter");
     let lease = won(&*store, &lock, "a", TTL).await;
     // The holder's session timeout is the most the lease can have left, and it must cover a
-    // full ttl after any renewal even when that renewal's news never reached the leader.
+    // full ttl after any renewal even when that renewal's news never reached the leader: a
+    // follower passes its clients' activity on only at its pings, every half tick.
     let status = store.status(&lock).await.unwrap();
-    assert_eq!(status.expires_in, Some(TTL * 5 / 4), "{status:?}");
+    let session = status.expires_in.expect("a held lock's session timeout");
+    assert!(session >= TTL * 5 / 4 + Duration::from_millis(TICK_MS), "{status:?}");
+    assert!(session <= Duration::from_millis(MAX_SESSION_TIMEOUT_MS), "{status:?}");
     assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_longest_ttl_is_the_longest_the_servers_sessions_allow() {
+    let server = tokio::task::spawn_blocking(ZooKeeper::start_with_default_session_limits).await.unwrap();
+    let store = open_url(&server.url(), Access::Create).await.unwrap();
+    let longest = store.longest_ttl().await.unwrap().expect("ZooKeeper's maxSessionTimeout is a limit");
+    assert!(longest > Duration::ZERO && longest < Duration::from_millis(DEFAULT_MAX_SESSION_TIMEOUT_MS));
+    assert_eq!(store.longest_ttl().await.unwrap(), Some(longest), "learned once");
+
+    // A lease of exactly that ttl gets a session the server grants, within its limit.
+    let lock = unique("longest");
+    let lease = won(&*store, &lock, "a", longest).await;
+    assert_eq!(store.renew(&lease, longest).await.unwrap(), Renew::Renewed);
+    let session = store.status(&lock).await.unwrap().expires_in.expect("held");
+    assert!(session >= longest * 5 / 4 + Duration::from_millis(TICK_MS), "{session:?} for {longest:?}");
+    assert!(session <= Duration::from_millis(DEFAULT_MAX_SESSION_TIMEOUT_MS), "{session:?}");
+
+    // One ms more would need a session the server does not grant: refused, in one line.
+    let longer = longest + Duration::from_millis(1);
+    let err = store.acquire(&unique("longer"), "a", longer).await.expect_err("a session over maxSessionTimeout");
+    check(err.clone(), ErrorKind::Refused, "maxSessionTimeout");
+    let most = humantime::format_duration(longest).to_string();
+    assert!(err.message.contains(&DEFAULT_MAX_SESSION_TIMEOUT_MS.to_string()), "{}", err.message);
+    assert!(err.message.contains(&format!("at most {most},")), "names the longest ttl: {}", err.message);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -185,4 +215,30 @@ async fn tls_errors_say_what_went_wrong() {
         .expect("a missing CA file");
     assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
     assert!(err.message.contains("cacert=/nonexistent/ca.pem"), "{}", err.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn abandon_clears_a_child_left_behind_the_holder() {
+    use zookeeper_client::{Acls, Client, CreateMode};
+    let h = zk().await;
+    let (a, b, fresh) = (h.open().await, h.open().await, h.open().await);
+    let lock = unique("left-behind");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    // What an acquire whose answer never came leaves: a child of this identity behind the
+    // holder's, on a session that lives on for a while.
+    let ghost = Client::connector()
+        .with_session_timeout(Duration::from_secs(60))
+        .with_detached()
+        .connect(&format!("127.0.0.1:{}", h.server.port()))
+        .await
+        .unwrap();
+    let data = r#"{"holder":"ghost","acquired_ms":1,"session_timeout_ms":60000}"#;
+    let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    ghost.create(&format!("/leaderrun/{lock}/lease-"), data.as_bytes(), &options).await.unwrap();
+
+    fresh.abandon(&lock, "ghost").await.unwrap();
+    assert_eq!(b.status(&lock).await.unwrap().holder.as_deref(), Some("a"), "the holder is not touched");
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    let next = won(&*b, &lock, "b", TTL).await;
+    assert!(next.token > lease.token);
 }

@@ -75,3 +75,24 @@ fn a_ttl_above_the_buckets_max_age_exits_69_in_one_line() {
     assert!(err.contains("max age") && err.contains("CHORIA_LEADER_ELECTION"), "{err:?}");
     assert!(!sb.exists("ran"), "nothing runs");
 }
+
+#[test]
+fn a_bad_url_exits_2_before_connecting() {
+    let sb = Sandbox::new();
+    // Port 1 is closed: a URL checked only at open would exit 69 instead.
+    for (url, needle) in [
+        ("nats://u:Secret-Password-5@127.0.0.1:1?replicas=0", "?replicas=0"),
+        ("nats://Secret-Token-5@127.0.0.1:1?tls=on", "?tls=on"),
+        ("nats://u:Secret-Password-5@127.0.0.1:1?tlsca=/ca.pem&bogus=1", "?bogus="),
+    ] {
+        for args in [&["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#][..], &["status", "--lock", "x"]] {
+            let out = sb.output(sb.at(url, args));
+            let err = stderr_of(&out);
+            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: stderr {err:?}");
+            assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+            assert!(err.contains(needle) && err.contains("***@127.0.0.1:1"), "{err:?}");
+            assert!(!err.contains("Secret-"), "{err:?}");
+        }
+    }
+    assert!(!sb.exists("ran"), "nothing runs");
+}

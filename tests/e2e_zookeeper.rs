@@ -142,3 +142,37 @@ fn runs_over_mutual_tls() {
     let (code, status) = status_json(&sb, &url, "tls");
     assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(token)), "held for --min-hold: {status}");
 }
+
+#[test]
+fn a_ttl_above_the_servers_longest_session_exits_69_in_one_line() {
+    let (zk, sb) = (ZooKeeper::start_with_default_session_limits(), Sandbox::new());
+    let url = format!("zk://app:Secret-Password-9@127.0.0.1:{}", zk.port());
+    let out = sb.output(sb.at(&url, &["--lock", "long", "--ttl", "10s", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("maxSessionTimeout") && err.contains("app:***@"), "{err:?}");
+    assert!(!err.contains("Secret-Password-9"), "{err:?}");
+    assert!(!sb.exists("ran"), "nothing runs");
+}
+
+#[test]
+fn a_bad_url_exits_2_before_connecting() {
+    let sb = Sandbox::new();
+    // Port 1 is closed: a URL checked only at open would exit 69 instead.
+    for (url, needle) in [
+        ("zk://app:Secret-Password-5@127.0.0.1:1?bogus=1", "?bogus="),
+        ("zk://app:Secret-Password-5@127.0.0.1:1?tls=yes&cacert=/ca.pem", "?tls=yes"),
+        ("zk://app:Secret-Password-5@127.0.0.1:1?tls=1", "cacert=FILE"),
+    ] {
+        for args in [&["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#][..], &["status", "--lock", "x"]] {
+            let out = sb.output(sb.at(url, args));
+            let err = stderr_of(&out);
+            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: stderr {err:?}");
+            assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+            assert!(err.contains(needle) && err.contains("app:***@127.0.0.1:1"), "{err:?}");
+            assert!(!err.contains("Secret-Password-5"), "{err:?}");
+        }
+    }
+    assert!(!sb.exists("ran"), "nothing runs");
+}

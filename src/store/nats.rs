@@ -35,9 +35,11 @@
 //!   this client wrote none, read it, check token, identity and `Leaderrun-Revoked`, and
 //!   republish expecting the message read. Only an unchanged record is ever renewed.
 //! - revoke: republish it with `Leaderrun-Revoked: 1`, the same value and the same TTL;
-//!   nothing is freed. (This may extend the expiry by up to one ttl: the safe direction.)
+//!   nothing is freed. (This may extend the expiry by up to one ttl: the safe direction.) An
+//!   entry marked `Leaderrun-Kept` (its child has exited) is deleted instead: free at once.
 //! - release: a KV delete (`KV-Operation: DEL`) expecting the message read; a waiter's watch
-//!   sees it at once. With --min-hold it republishes the entry with a TTL of the time left.
+//!   sees it at once. With --min-hold it republishes the entry with a TTL of the time left and
+//!   `Leaderrun-Kept: 1`; nobody renews such an entry.
 //! - changed: a KV watch on the key, opened before a read, so a release between the two is
 //!   not missed; it returns on a delete, purge or expiry marker, or at the caller's bound.
 //!
@@ -48,8 +50,9 @@
 //! Otherwise (Choria's bucket: a bucket-wide max age, 60 s by default) the lease lasts the
 //! bucket's max age from its last write. A max age also caps a per-message TTL (the server
 //! removes a message at the earlier of the two), so a --ttl longer than the bucket's max
-//! age is refused: the server would drop the key before the holder's deadline. A --ttl
-//! shorter than it is safe, but a crashed holder's lease then lasts the max age, not ttl.
+//! age is refused: the server would drop the key before the holder's deadline (`longest_ttl`
+//! says so before, for a run that picks its own ttl). A --ttl shorter than it is safe, but a
+//! crashed holder's lease then lasts the max age, not ttl.
 //! A bucket with neither never expires anything, and is refused.
 //!
 //! What is NOT guaranteed:
@@ -105,13 +108,15 @@ const MARKER_TTL: Duration = Duration::from_secs(3600);
 const TOKEN: &str = "Leaderrun-Token";
 const ACQUIRED: &str = "Leaderrun-Acquired-Ms";
 const REVOKED: &str = "Leaderrun-Revoked";
+/// On the entry a release with --min-hold leaves: its child has exited, nobody renews it.
+const KEPT: &str = "Leaderrun-Kept";
 const EXPECTED: &str = "Nats-Expected-Last-Subject-Sequence";
 const TTL: &str = "Nats-TTL";
 const KV_OPERATION: &str = "KV-Operation";
 const MARKER_REASON: &str = "Nats-Marker-Reason";
 
 /// The parts of a `nats://` URL, parsed once while the command line is checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
     /// The URL without its password or token, for messages.
     pub shown: String,
@@ -126,7 +131,7 @@ pub struct Target {
     tls_key: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Auth {
     None,
     User(String, String),
@@ -134,9 +139,38 @@ enum Auth {
 }
 
 impl Target {
-    /// Parse a `nats://` URL; the error is a bare reason, naming the part.
+    /// Parse a `nats://` URL; the error is a bare reason, naming the part, and never the
+    /// password or token.
     pub fn parse(url: &str) -> std::result::Result<Self, String> {
         parse_url(url)
+    }
+}
+
+/// Shown as messages show the store: never the password or token.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Target({})", self.shown)
+    }
+}
+
+/// The user, never the password or token.
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::None => write!(f, "None"),
+            Auth::User(user, _) => write!(f, "User({user:?}, ***)"),
+            Auth::Token(_) => write!(f, "Token(***)"),
+        }
+    }
+}
+
+/// A yes-or-no parameter: `1` or `true`, `0` or `false`. Anything else is refused: a misspelt
+/// value must not silently turn TLS on or off.
+fn switch(key: &str, value: &str) -> std::result::Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err(format!("?{key}={value} is not 1, true, 0 or false")),
     }
 }
 
@@ -150,7 +184,9 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
     }
     let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
     let auth = match url.userinfo {
+        Some((user, Some(_))) if user.is_empty() => return Err(bad("user:pass@ names no user")),
         Some((user, Some(pass))) => Auth::User(user, pass),
+        Some((token, None)) if token.is_empty() => return Err(bad("token@ is empty")),
         Some((token, None)) => Auth::Token(token),
         None => Auth::None,
     };
@@ -173,7 +209,12 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
         }
         target.bucket = bucket;
     }
+    let (mut seen, mut tls) = (Vec::new(), None);
     for (key, value) in &url.params {
+        if seen.contains(&key) {
+            return Err(format!("?{key}= is given twice"));
+        }
+        seen.push(key);
         let file =
             || (!value.is_empty()).then(|| PathBuf::from(&value)).ok_or_else(|| bad(&format!("?{key}= needs a file")));
         match key.as_str() {
@@ -185,7 +226,7 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
                     .ok_or_else(|| bad(&format!("?replicas={value} is not a number from 1 to 5")))?
             }
             "creds" => target.creds = Some(file()?),
-            "tls" => target.tls = !matches!(value.as_str(), "0" | "false"),
+            "tls" => tls = Some(switch(key, value)?),
             "tlsca" => target.tls_ca = Some(file()?),
             "tlscert" => target.tls_cert = Some(file()?),
             "tlskey" => target.tls_key = Some(file()?),
@@ -200,7 +241,11 @@ fn parse_url(url: &str) -> std::result::Result<Target, String> {
     if target.tls_cert.is_some() != target.tls_key.is_some() {
         return Err(bad("?tlscert= and ?tlskey= go together"));
     }
-    target.tls |= target.tls_ca.is_some() || target.tls_cert.is_some();
+    let files = target.tls_ca.is_some() || target.tls_cert.is_some();
+    if files && tls == Some(false) {
+        return Err(bad("?tlsca=, ?tlscert= and ?tlskey= are for TLS, which ?tls=0 turns off"));
+    }
+    target.tls = tls.unwrap_or(false) || files;
     Ok(target)
 }
 
@@ -303,6 +348,8 @@ struct Entry {
     has_token: bool,
     acquired_ms: Option<u64>,
     revoked: bool,
+    /// Left by a release with --min-hold (`Leaderrun-Kept`).
+    kept: bool,
     /// `Nats-TTL`, in seconds.
     ttl_secs: Option<u64>,
     /// The server's timestamp of the message.
@@ -325,6 +372,7 @@ impl Entry {
             has_token: header_token.is_some(),
             acquired_ms: get(ACQUIRED).and_then(|t| t.parse().ok()),
             revoked: get(REVOKED).is_some_and(|v| v == "1"),
+            kept: get(KEPT).is_some_and(|v| v == "1"),
             ttl_secs: get(TTL).and_then(|t| t.parse().ok()),
             written: UNIX_EPOCH + Duration::from_nanos(nanos),
         }
@@ -625,6 +673,14 @@ impl NatsStore {
         headers
     }
 
+    /// Headers of a KV delete marker that remembers the lock's last token.
+    fn delete_headers(token: u64) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(KV_OPERATION, "DEL");
+        headers.insert(TOKEN, token.to_string());
+        headers
+    }
+
     fn record(&self, bucket: &Bucket, lock: &str, entry: Option<&Entry>) -> LockRecord {
         let Some(entry) = entry else {
             return LockRecord::free(lock);
@@ -713,7 +769,7 @@ impl Store for NatsStore {
             if entry.gone {
                 return Ok(Renew::Lost(None));
             }
-            if entry.token != lease.token || entry.holder != lease.identity || entry.revoked {
+            if entry.token != lease.token || entry.holder != lease.identity || entry.revoked || entry.kept {
                 return Ok(Renew::Lost(Some(self.record(bucket, &lease.lock, Some(&entry)))));
             }
             let acquired_ms = entry.acquired_ms.unwrap_or_else(now_ms);
@@ -745,16 +801,13 @@ impl Store for NatsStore {
                 // --min-hold: the entry stays, with a TTL of the time left; the holder no
                 // longer renews.
                 let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired, Some(left));
+                headers.insert(KEPT, "1");
                 if entry.revoked {
                     headers.insert(REVOKED, "1");
                 }
                 self.publish("release", &lease.lock, entry.seq, headers, &lease.identity).await?
             } else {
-                // A KV delete marker that remembers the token.
-                let mut headers = HeaderMap::new();
-                headers.insert(KV_OPERATION, "DEL");
-                headers.insert(TOKEN, lease.token.to_string());
-                self.publish("release", &lease.lock, entry.seq, headers, "").await?
+                self.publish("release", &lease.lock, entry.seq, Self::delete_headers(lease.token), "").await?
             };
             if done.is_some() {
                 return Ok(());
@@ -810,6 +863,13 @@ impl Store for NatsStore {
                 return Ok(None);
             }
             let before = self.record(bucket, lock, Some(&entry));
+            if entry.kept {
+                // A --min-hold keep: its child has exited and no holder is left to free it.
+                if self.publish("revoke", lock, entry.seq, Self::delete_headers(entry.token), "").await?.is_some() {
+                    return Ok(Some(before));
+                }
+                continue;
+            }
             // Same value, same token and TTL: nothing is freed.
             let ttl = entry.ttl_secs.map(Duration::from_secs);
             let acquired = entry
@@ -822,6 +882,16 @@ impl Store for NatsStore {
             }
         }
         Err(StoreError::unavailable(format!("nats store {}: lock {lock:?} kept changing during revoke", self.shown)))
+    }
+
+    /// The bucket's max age, which `check_ttl` holds every ttl to (it caps a per-message TTL
+    /// too). None without one: per-message TTL sets no limit, and a bucket with neither cannot
+    /// hold a lease at all (acquire says so).
+    async fn longest_ttl(&self) -> Result<Option<Duration>> {
+        let Some(bucket) = self.bucket().await? else {
+            return Ok(None);
+        };
+        Ok(Some(bucket.max_age).filter(|age| !age.is_zero()))
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
@@ -855,6 +925,32 @@ mod tests {
         assert!(Target::parse("nats://h?tlscert=/c.pem").is_err());
         assert!(Target::parse("nats:h").is_err());
         assert!(Target::parse("nats://h?tls_ca=/ca.pem").unwrap_err().contains("unknown parameter ?tls_ca="));
+    }
+
+    #[test]
+    fn every_parameter_is_checked() {
+        let (t, err) = (|u: &str| Target::parse(u).unwrap(), |u: &str| Target::parse(u).unwrap_err());
+        assert_eq!(err("nats://h?tls=on"), "?tls=on is not 1, true, 0 or false");
+        assert_eq!(err("nats://h?tls"), "?tls= is not 1, true, 0 or false");
+        assert_eq!(err("nats://h?replicas=3&replicas=1"), "?replicas= is given twice");
+        assert_eq!(err("nats://h?replicas=0"), "?replicas=0 is not a number from 1 to 5");
+        assert_eq!(err("nats://h?creds="), "?creds= needs a file");
+        assert_eq!(
+            err("nats://h?tls=0&tlsca=/ca.pem"),
+            "?tlsca=, ?tlscert= and ?tlskey= are for TLS, which ?tls=0 turns off"
+        );
+        assert_eq!(err("nats://:hunter2@h"), "user:pass@ names no user");
+        assert_eq!(err("nats://@h"), "token@ is empty");
+        assert!(!t("nats://h?tls=false").tls && t("nats://h?tls=TRUE").tls && t("nats://h?tlsca=/ca").tls);
+    }
+
+    #[test]
+    fn debug_never_shows_the_password_or_token() {
+        for url in ["nats://u:hunter2@h/B", "nats://hunter2@h"] {
+            let target = Target::parse(url).unwrap();
+            let shown = format!("{target:?} {:?}", target.auth);
+            assert!(!shown.contains("hunter2") && shown.contains("***"), "{shown}");
+        }
     }
 
     #[test]

@@ -133,12 +133,18 @@ impl Nats {
     /// of 60 s (Choria's default lease), no per-message TTL.
     #[cfg(feature = "nats")]
     pub async fn choria_bucket(&self) -> async_nats::jetstream::kv::Store {
+        self.choria_bucket_with_max_age(Duration::from_secs(60)).await
+    }
+
+    /// Choria's leader election bucket with another max age (`choria kv add ... --ttl`).
+    #[cfg(feature = "nats")]
+    pub async fn choria_bucket_with_max_age(&self, max_age: Duration) -> async_nats::jetstream::kv::Store {
         self.jetstream()
             .await
             .create_key_value(async_nats::jetstream::kv::Config {
                 bucket: "CHORIA_LEADER_ELECTION".into(),
                 history: 1,
-                max_age: Duration::from_secs(60),
+                max_age,
                 ..Default::default()
             })
             .await

@@ -2,7 +2,8 @@
 //! temporary directory, client port a free port on 127.0.0.1, stopped when dropped.
 //!
 //! `tickTime=500` makes the shortest session 1 s (2 ticks), so a test of a short lease does
-//! not wait long; `maxSessionTimeout=120000` lets the suite's 30 s ttl through;
+//! not wait long; `maxSessionTimeout=120000` lets the suite's 30 s ttl through (unless started
+//! with `start_with_default_session_limits`: then 20 ticks, 10 s, as ZooKeeper's default);
 //! `maxClientCnxns=0` lifts the limit of 60 connections per client address, since the tests
 //! play whole fleets from 127.0.0.1 (50 contenders, each with a connection or two). Sessions and
 //! nodes are kept in the data directory, so they survive `stop()` and `start_again()`.
@@ -18,8 +19,13 @@ use super::process::{start_on_free_ports, ServerProcess};
 
 /// Where Debian's package puts the server's jar.
 const JAR: &str = "/usr/share/java/zookeeper.jar";
+/// The server's tick (ms).
+pub const TICK_MS: u64 = 500;
 /// The longest session the server grants (ms).
 pub const MAX_SESSION_TIMEOUT_MS: u64 = 120_000;
+/// The longest session a server started with `start_with_default_session_limits` grants (ms):
+/// ZooKeeper's default, 20 ticks.
+pub const DEFAULT_MAX_SESSION_TIMEOUT_MS: u64 = 20 * TICK_MS;
 
 pub struct ZooKeeper {
     dir: tempfile::TempDir,
@@ -27,26 +33,33 @@ pub struct ZooKeeper {
     process: ServerProcess,
     /// With `start_tls`: the certificates, and the secure client port (TLS only).
     tls: Option<(super::tls::Certs, AtomicU16)>,
+    /// `maxSessionTimeout` in zoo.cfg; `None` leaves ZooKeeper's default (20 ticks).
+    max_session_timeout_ms: Option<u64>,
 }
 
 impl ZooKeeper {
     /// Start a new server; panics with the reason if it cannot.
     pub fn start() -> Self {
-        Self::start_with(None)
+        Self::start_with(None, Some(MAX_SESSION_TIMEOUT_MS))
+    }
+
+    /// Start a server with ZooKeeper's default session limits (2 to 20 ticks: 1 s to 10 s).
+    pub fn start_with_default_session_limits() -> Self {
+        Self::start_with(None, None)
     }
 
     /// Start a server that also has a secure client port (Netty, TLS only, client certificates
     /// required), with certificates of a throw-away CA (see `tls_url`).
     pub fn start_tls() -> Self {
-        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))))
+        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))), Some(MAX_SESSION_TIMEOUT_MS))
     }
 
-    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>) -> Self {
+    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>, max_session_timeout_ms: Option<u64>) -> Self {
         if !Path::new(JAR).exists() || Command::new("java").arg("-version").output().is_err() {
             panic!("ZooKeeper or Java is missing: apt-get install -y zookeeper");
         }
         let dir = tempfile::Builder::new().prefix("leaderrun-zk-").tempdir().expect("create a temp dir");
-        let zk = Self { dir, port: AtomicU16::new(0), process: ServerProcess::default(), tls };
+        let zk = Self { dir, port: AtomicU16::new(0), process: ServerProcess::default(), tls, max_session_timeout_ms };
         let pick_ports = || {
             zk.port.store(super::free_port(), Ordering::SeqCst);
             if let Some((_, tls_port)) = &zk.tls {
@@ -109,13 +122,15 @@ impl ZooKeeper {
 
     fn try_start(&self) -> Result<(), String> {
         let dir = self.dir.path();
-        let config = format!(
-            "tickTime=500\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=ruok,srvr\nmaxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\nmaxClientCnxns=0\n",
+        let mut config = format!(
+            "tickTime={TICK_MS}\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=ruok,srvr\nmaxClientCnxns=0\n",
             dir.join("data").display(),
             self.port()
         );
-        let mut config = config;
+        if let Some(max) = self.max_session_timeout_ms {
+            config.push_str(&format!("maxSessionTimeout={max}\n"));
+        }
         let mut classpath =
             "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar".to_string();
         if let Some((certs, tls_port)) = &self.tls {
