@@ -77,6 +77,21 @@ fn a_ttl_above_the_buckets_max_age_exits_69_in_one_line() {
 }
 
 #[test]
+fn without_a_ttl_the_longest_that_fits_the_buckets_max_age_is_used() {
+    // A Choria bucket whose max age (8 s) is shorter than the default 15 s ttl: with no
+    // --ttl given, the run picks one that fits and says so at -v.
+    let (nats, sb) = (Nats::start(), Sandbox::new());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(nats.choria_bucket_with_max_age(std::time::Duration::from_secs(8)));
+    let url = format!("{}/CHORIA_LEADER_ELECTION", nats.url());
+    let out = sb.output(sb.at(&url, &["-v", "--lock", "my_app", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr {err:?}");
+    assert!(sb.exists("ran"), "the child ran");
+    assert!(err.contains("using the longest that fits") && err.contains("ttl=8s"), "-v says so: {err:?}");
+}
+
+#[test]
 fn a_bad_url_exits_2_before_connecting() {
     let sb = Sandbox::new();
     // Port 1 is closed: a URL checked only at open would exit 69 instead.

@@ -157,6 +157,20 @@ fn a_ttl_above_the_servers_longest_session_exits_69_in_one_line() {
 }
 
 #[test]
+fn without_a_ttl_the_longest_that_fits_the_servers_sessions_is_used() {
+    // tickTime 500 ms: maxSessionTimeout is 10 s, too short for the default 15 s ttl's
+    // session. With no --ttl given, the run picks one that fits and says so at -v.
+    let (zk, sb) = (ZooKeeper::start_with_default_session_limits(), Sandbox::new());
+    let url = format!("zk://app:Secret-Password-9@127.0.0.1:{}", zk.port());
+    let out = sb.output(sb.at(&url, &["-v", "--lock", "fits", "--", "sh", "-c", r#"touch "$D/ran""#]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr {err:?}");
+    assert!(sb.exists("ran"), "the child ran");
+    assert!(err.contains("using the longest that fits") && err.contains("ttl="), "-v says so: {err:?}");
+    assert!(!err.contains("Secret-Password-9"), "{err:?}");
+}
+
+#[test]
 fn a_bad_url_exits_2_before_connecting() {
     let sb = Sandbox::new();
     // Port 1 is closed: a URL checked only at open would exit 69 instead.
