@@ -304,6 +304,12 @@ pub struct ClusterUrl {
 
 /// Split the part of a clustered store's URL after `scheme://`; the error names what is wrong.
 pub fn parse_cluster_url(rest: &str, default_port: u16) -> Result<ClusterUrl, String> {
+    // An '@' after the first '/', '?' or '#' is a password with one of those unescaped: the
+    // host part would be wrong and the password shown as a host.
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[authority_end..].contains('@') && !rest[..authority_end].contains('@') {
+        return Err("a user or password with '/', '?' or '#' must write them %2F, %3F and %23".into());
+    }
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (userinfo, hosts) = match authority.rsplit_once('@') {
@@ -322,9 +328,26 @@ pub fn parse_cluster_url(rest: &str, default_port: u16) -> Result<ClusterUrl, St
             return Err("names no host".into());
         }
         // host, host:port, [v6], [v6]:port
-        let has_port = host.rsplit_once(':').is_some_and(|(h, p)| !h.ends_with(':') && p.parse::<u16>().is_ok())
-            && (!host.starts_with('[') || host.contains("]:"));
-        with_ports.push(if has_port { host.to_string() } else { format!("{host}:{default_port}") });
+        let (name, port) = match host.strip_prefix('[') {
+            Some(v6) => match v6.split_once(']') {
+                Some((_, "")) => (host, None),
+                Some((_, port)) => (&host[..host.len() - port.len()], port.strip_prefix(':').or(Some(port))),
+                None => return Err(format!("{host:?} is not a host (an IPv6 address needs its closing ']')")),
+            },
+            None => match host.split_once(':') {
+                Some((name, port)) => (name, Some(port)),
+                None => (host, None),
+            },
+        };
+        match port {
+            None => with_ports.push(format!("{host}:{default_port}")),
+            Some(port) if port.parse::<u16>().is_ok_and(|p| p > 0) && !name.is_empty() => {
+                with_ports.push(host.to_string())
+            }
+            Some(port) => {
+                return Err(format!("{host:?} is not host:port (the port {port:?} is not a number from 1 to 65535)"))
+            }
+        }
     }
     let params = query
         .split('&')
@@ -476,6 +499,12 @@ mod tests {
         assert_eq!(url.params, vec![("k".into(), "v w".into()), ("flag".into(), String::new())]);
         assert_eq!(parse_cluster_url("tok@h", 1).unwrap().userinfo, Some(("tok".into(), None)));
         assert_eq!(parse_cluster_url("a,,b", 1).unwrap_err(), "names no host");
+        for bad in ["h:abc", "h:0", "h:70000", "[::1]x", "[::1", ":5"] {
+            assert!(parse_cluster_url(bad, 1).unwrap_err().contains("not"), "{bad}");
+        }
+        let err = parse_cluster_url("u:pa/ss@h", 1).unwrap_err();
+        assert!(err.contains("%2F") && !err.contains("pa/ss"), "{err}");
+        assert!(parse_cluster_url("u:p%2Fss@h/x?k=a@b", 1).is_ok(), "an '@' after an authority that has one");
         let mut files = TlsFiles::default();
         assert!(files.take("cacert", "/ca") && !files.take("tls", "1"));
         assert!(files.check(true, "").is_ok());
