@@ -68,8 +68,8 @@ NATS), the servers that may replace each other in a failover keep clocks within 
 at most one child process tree runs at any moment for one lock name.",
     "leaderrun reads its clock (CLOCK_BOOTTIME) just before it sends an acquire or renew request; only a \
 confirmed success moves its deadline, to that instant + ttl x 0.98 - 100ms (- --server-clock-skew on \
-those stores). A renewal that times out, fails or is ambiguous never moves it; each attempt gets half \
-the time left before the stop signal, so a hung request leaves room for a second. The child's process \
+those stores). A renewal that times out, fails or is ambiguous never moves it; one unanswered for half \
+the time left before the stop signal gets a second request beside it. The child's process \
 group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
 lease is someone else's, --signal goes at once.",
     "An acquire whose answer never came (a timeout, a signal) may still have been granted: leaderrun \

@@ -84,7 +84,28 @@ enum Stopping {
     Expiring,
 }
 
-type Pending<T> = Pin<Box<dyn Future<Output = Result<crate::store::Result<T>, tokio::time::error::Elapsed>> + Send>>;
+/// A store call bounded in time: `Err(Elapsed)` when it did not answer in time.
+type Answer<T> = Result<crate::store::Result<T>, tokio::time::error::Elapsed>;
+type Pending<T> = Pin<Box<dyn Future<Output = Answer<T>> + Send>>;
+
+/// Renewals in flight at once, at most: the first, and one more sent when the first has gone
+/// unanswered for `Timing::renew_timeout`.
+const RENEWALS_IN_FLIGHT: usize = 2;
+
+/// The first of the renewals in flight to answer, taken out of `renewing`, with the instant
+/// it was sent.
+async fn first_answer(renewing: &mut Vec<(Duration, Pending<Renew>)>) -> (Duration, Answer<Renew>) {
+    std::future::poll_fn(|cx| {
+        for i in 0..renewing.len() {
+            if let std::task::Poll::Ready(answer) = renewing[i].1.as_mut().poll(cx) {
+                let (sent, _) = renewing.remove(i);
+                return std::task::Poll::Ready((sent, answer));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
 
 pub struct Elector {
     store: Arc<dyn Store>,
@@ -253,17 +274,21 @@ impl Elector {
                 biased;
                 exit = payload.wait() => break exit,
                 Some(signal) = self.signals.recv() => term.relay(signal, self.now(), payload),
-                result = async { term.renewing.as_mut().map(|(_, f)| f.as_mut()).expect("guarded").await }, if term.renewing.is_some() => {
-                    term.renewal_done(result, self.now(), payload);
+                (sent, answer) = first_answer(&mut term.renewing), if !term.renewing.is_empty() => {
+                    term.renewal_done(sent, answer, self.now(), payload);
                 }
-                _ = async move { sleep_until(&*clock, next_renew).await }, if term.renewing.is_none() && term.renews() => {
+                _ = async move { sleep_until(&*clock, next_renew).await }, if term.renewing.len() < RENEWALS_IN_FLIGHT && term.renews() => {
                     let store = self.store.clone();
                     let held = term.lease.clone();
                     let sent = self.now();
                     // No attempt outlasts the stop time: a renewal confirmed after it is not used.
-                    let limit = timing.renew_timeout().min(timing.stop_at(term.deadline).saturating_sub(sent)).max(Duration::from_millis(1));
+                    let limit = timing.stop_at(term.deadline).saturating_sub(sent).max(Duration::from_millis(1));
                     let future: Pending<Renew> = Box::pin(timeout(limit, async move { store.renew(&held, timing.ttl).await }));
-                    term.renewing = Some((sent, future));
+                    term.renewing.push((sent, future));
+                    // Unanswered by then, a second request goes out beside it: an answer that
+                    // is only slow still counts, and one that will never come (a half-open
+                    // connection) does not cost the lease while there is time for another.
+                    term.next_renew = sent + timing.renew_timeout();
                 }
                 _ = async move { sleep_until(&*clock2, wake).await } => {}
             }
@@ -299,7 +324,8 @@ struct Term {
     stop_signal: Signal,
     deadline: Duration,
     next_renew: Duration,
-    renewing: Option<(Duration, Pending<Renew>)>,
+    /// Renewals in flight, each with the instant it was sent.
+    renewing: Vec<(Duration, Pending<Renew>)>,
     stopping: Option<Stopping>,
     stop_sent: bool,
     kill_at: Duration,
@@ -315,7 +341,7 @@ impl Term {
             stop_signal,
             deadline,
             next_renew: sent + timing.renew_every,
-            renewing: None,
+            renewing: Vec::new(),
             stopping: None,
             stop_sent: false,
             kill_at: deadline,
@@ -358,7 +384,7 @@ impl Term {
             self.stop_sent = true;
         }
         self.kill_at = self.kill_at.min(now + self.timing.kill_after);
-        self.renewing = None;
+        self.renewing.clear();
         if matches!(self.stopping, None | Some(Stopping::Interrupted)) {
             self.stopping = Some(why);
         }
@@ -374,14 +400,9 @@ impl Term {
         }
     }
 
-    fn renewal_done(
-        &mut self,
-        result: Result<crate::store::Result<Renew>, tokio::time::error::Elapsed>,
-        now: Duration,
-        payload: &mut dyn Payload,
-    ) {
-        let Some((sent, _)) = self.renewing.take() else { return };
-        match result {
+    /// One renewal answered (`sent`: when it was sent).
+    fn renewal_done(&mut self, sent: Duration, answer: Answer<Renew>, now: Duration, payload: &mut dyn Payload) {
+        match answer {
             Ok(Ok(Renew::Renewed)) if self.renews() => {
                 if now + HANDOFF_SLACK >= self.timing.stop_at(self.deadline) {
                     tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the lease was renewed too late to be used; stopping the child");
@@ -393,6 +414,8 @@ impl Term {
                     self.kill_at = self.deadline;
                 }
                 payload.extend(self.deadline);
+                // Any other request in flight has nothing left to add.
+                self.renewing.clear();
                 self.next_renew = sent + self.timing.renew_every;
                 tracing::debug!(token = self.lease.token, "renewed");
             }
@@ -408,12 +431,16 @@ impl Term {
             }
             Ok(Err(err)) => {
                 tracing::warn!(safe_for = ?self.deadline.saturating_sub(now), "renewal failed: {err}");
-                self.next_renew = now + self.timing.retry_every();
+                if self.renewing.is_empty() {
+                    self.next_renew = now + self.timing.retry_every();
+                }
             }
             Err(_) => {
-                // It has waited already: try again at once, on a fresh request.
+                // Unanswered until the stop time: try again at once (it has waited already).
                 tracing::warn!(safe_for = ?self.deadline.saturating_sub(now), "renewal timed out");
-                self.next_renew = now;
+                if self.renewing.is_empty() {
+                    self.next_renew = now;
+                }
             }
         }
     }

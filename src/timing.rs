@@ -188,9 +188,10 @@ impl Timing {
         self.renew_every
     }
 
-    /// How long one renewal attempt may take: half the time between the renewal and the stop
-    /// signal, so that a request that hangs (a half-open connection, a database failover)
-    /// still leaves time for a second attempt before the child must be stopped.
+    /// How long a renewal goes unanswered before a second request is sent beside it: half the
+    /// time between the renewal and the stop signal, so that a request that hangs (a half-open
+    /// connection, a database failover) still leaves time for another before the child must
+    /// be stopped.
     pub fn renew_timeout(&self) -> Duration {
         let window = self.safe_lease().saturating_sub(self.renew_every + self.kill_after);
         (window / 2).max(Duration::from_millis(1))

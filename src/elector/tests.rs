@@ -586,3 +586,20 @@ async fn a_renewal_that_hangs_leaves_time_for_a_second_attempt() {
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     assert!(child.signals().is_empty(), "stopped: {:?}", child.events());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_renewal_still_counts_while_a_second_one_is_tried() {
+    let mut s = setup();
+    // ttl 10 s, renew every 3 s, kill after 3 s: the stop signal is due 6.6 s after the acquire,
+    // and a second request goes out 1.85 s after the first. Every answer takes 2.5 s: timed out
+    // and retried, no renewal would ever answer in time; left in flight, the first does.
+    let timing = timing_of(secs(10.0), secs(3.0), secs(3.0), Duration::ZERO);
+    s.store.set_renew(Behaviour::Late(secs(2.5)));
+    let mut child = s.recorder(Some(secs(12.0)), true);
+    let outcome = s.elector_with("a", Mode::Wait { until: None }, timing).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    assert!(child.signals().is_empty(), "stopped: {:?}", child.events());
+    // Each renewal's deadline is anchored at its own send time.
+    let first = child.extends()[0];
+    assert_eq!(first, (secs(5.5), secs(3.0) + timing.safe_lease()));
+}
