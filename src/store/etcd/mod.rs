@@ -2,7 +2,7 @@
 //!
 //! Two keys per lock name (the name verbatim: etcd keys are bytes):
 //! - `{prefix}lock/{name}`: exists while the lock is taken; value `{holder, lease_id,
-//!   acquired_ms, revoked}` (JSON), attached to an etcd lease of the holder's TTL, so
+//!   acquired_ms, revoked, kept}` (JSON), attached to an etcd lease of the holder's TTL, so
 //!   etcd deletes it when the lease lapses.
 //! - `{prefix}token/{name}`: empty, never deleted, rewritten in the same transaction that
 //!   creates the lock key. It remembers the latest token once the lock key is gone.
@@ -35,9 +35,11 @@
 //! - release: revoking the lease, which deletes the key attached to it (waiters' watches see
 //!   the DELETE); a store that did not take the lease itself reads the key and deletes it in
 //!   a transaction guarded by the mod revision read, then revokes the lease. With --min-hold
-//!   the key is instead re-put on a new lease of the time left, which keeps its create
-//!   revision (the token).
-//! - revoke: a guarded re-put with `revoked: true` that keeps the lease: nothing is freed.
+//!   the key is instead re-put on a new lease of the time left, marked `kept`, which keeps its
+//!   create revision (the token).
+//! - revoke: a guarded re-put with `revoked: true` that keeps the lease: nothing is freed
+//!   while a child may run. A `kept` lock has no child and no holder left: its lease is
+//!   revoked, which frees it at once.
 //! - abandon: the trait's status-then-release, which from any client deletes the key and
 //!   revokes the etcd lease it names.
 //! - changed: a watch on the lock key from the revision of a read, so a delete between
@@ -94,6 +96,10 @@ struct Value {
     /// The acquiring host's wall clock (ms since the epoch): display and --min-hold.
     acquired_ms: u64,
     revoked: bool,
+    /// Released with --min-hold: the child has exited and the holder is gone; the lock stays
+    /// taken only until the keep's lease lapses. Absent in records of older versions.
+    #[serde(default)]
+    kept: bool,
 }
 
 fn now_ms() -> u64 {
@@ -323,7 +329,8 @@ impl Store for EtcdStore {
             }
         }
         let lease_id = self.grant(ttl).await?;
-        let value = Value { holder: identity.to_string(), lease_id, acquired_ms: now_ms(), revoked: false };
+        let value =
+            Value { holder: identity.to_string(), lease_id, acquired_ms: now_ms(), revoked: false, kept: false };
         let key = self.lock_key(lock).into_bytes();
         let txn = TxnRequest {
             compare: vec![wire::create_revision_is(&key, 0)],
@@ -419,7 +426,7 @@ impl Store for EtcdStore {
                 // --min-hold: the key moves to a new lease of the time left. A re-put keeps
                 // the create revision, so the token stays; the holder no longer renews.
                 let new_id = self.grant(left).await?;
-                let kept = self.encode(&Value { lease_id: new_id, ..value.clone() })?;
+                let kept = self.encode(&Value { lease_id: new_id, kept: true, ..value.clone() })?;
                 if self.guarded("release", &lease.lock, kv.mod_revision, vec![wire::put(&key, kept, new_id)]).await? {
                     self.revoke_lease(value.lease_id).await;
                     return Ok(());
@@ -478,8 +485,16 @@ impl Store for EtcdStore {
             if !before.is_held() {
                 return Ok(None);
             }
+            let value = self.value(&kv)?;
+            if value.kept {
+                // Only kept for --min-hold: no child runs under it and nobody is left to free
+                // it. Revoking the keep's lease deletes the key if it is still attached to it
+                // (a lock taken since is on another lease, untouched).
+                self.call("lease-revoke", self.connection.lease_revoke(value.lease_id)).await?;
+                return Ok(Some(before));
+            }
             // Keep the lease: the lock stays taken until the holder frees it or it lapses.
-            let revoked = self.encode(&Value { revoked: true, ..self.value(&kv)? })?;
+            let revoked = self.encode(&Value { revoked: true, ..value })?;
             let put = wire::put_keeping_lease(self.lock_key(lock).as_bytes(), revoked);
             if self.guarded("revoke", lock, kv.mod_revision, vec![put]).await? {
                 return Ok(Some(before));
@@ -502,5 +517,12 @@ mod tests {
         assert_eq!(lease_secs(Duration::from_millis(300)), 1);
         assert_eq!(lease_secs(Duration::from_secs(30)), 30);
         assert_eq!(lease_secs(Duration::from_millis(30_001)), 31);
+    }
+
+    #[test]
+    fn records_of_older_versions_read_as_not_kept() {
+        let old = br#"{"holder":"h","lease_id":7,"acquired_ms":1,"revoked":false}"#;
+        let value: Value = serde_json::from_slice(old).unwrap();
+        assert!(!value.kept && value.lease_id == 7);
     }
 }
