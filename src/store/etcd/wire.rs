@@ -1,8 +1,8 @@
 //! The etcd v3 gRPC messages this store sends and reads, written out by hand.
 //!
-//! Transcribed from etcd's `api/etcdserverpb/rpc.proto` and `api/mvccpb/kv.proto` (Apache-2.0,
-//! as shipped in the etcd-client 0.21.1 crate's `proto/` folder), so the build needs no
-//! `protoc`. Only the messages of the calls leaderrun makes, and in them only the fields it
+//! Transcribed from etcd's `api/etcdserverpb/rpc.proto` and `api/mvccpb/kv.proto`
+//! (github.com/etcd-io/etcd, Apache-2.0; the copies read were those in the etcd-client 0.21.1
+//! crate's `proto/` folder), so the build needs no `protoc`. Only the messages of the calls leaderrun makes, and in them only the fields it
 //! sets or reads: protobuf readers skip fields they do not know, so leaving the rest out
 //! changes nothing on the wire. Field names and tags are etcd's; a tag must never change.
 //! protobuf enums travel as int32: their values are the constants below.
