@@ -41,6 +41,12 @@ impl Harness for EtcdHarness {
 conformance_suite!(etcd());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_rides_out_a_server_restart() {
+    let h = etcd().await;
+    conformance::a_client_rides_out_a_server_restart(&h, || h.server.stop(), || h.server.start_again()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_prefix_separates_users_of_one_cluster() {
     let h = etcd().await;
     let (default, other) =
@@ -67,12 +73,7 @@ async fn errors_say_what_went_wrong_without_the_password() {
         assert!(!err.message.contains('\n'), "one line: {:?}", err.message);
     };
     // Authentication: a root user and a limited user with a password.
-    h.server.etcdctl(&["user", "add", "root:rootpw"]);
-    h.server.etcdctl(&["user", "add", "app:hunter2"]);
-    h.server.etcdctl(&["role", "add", "app"]);
-    h.server.etcdctl(&["role", "grant-permission", "app", "--prefix=true", "readwrite", "/leaderrun/"]);
-    h.server.etcdctl(&["user", "grant-role", "app", "app"]);
-    h.server.etcdctl(&["auth", "enable"]);
+    h.server.enable_auth("app", "hunter2", "/leaderrun/");
     let port = h.server.port();
 
     let right = format!("etcd://app:hunter2@127.0.0.1:{port}");
@@ -88,13 +89,43 @@ async fn errors_say_what_went_wrong_without_the_password() {
     check(open_url(&outside, Access::Create).await.err().unwrap(), ErrorKind::Refused, "permission denied");
     let closed = format!("etcd://app:hunter2@127.0.0.1:{}", servers::free_port());
     check(open_url(&closed, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "***");
-    let files_without_tls = format!("etcd://app:hunter2@127.0.0.1:{port}?cacert=/ca.pem");
-    check(open_url(&files_without_tls, Access::Create).await.err().unwrap(), ErrorKind::Refused, "need TLS");
+    // A bad URL is bad usage, found while the command line is checked: one line, no password.
+    for (url, needle) in [
+        (format!("etcd://app:hunter2@127.0.0.1:{port}?cacert=/ca.pem"), "need TLS"),
+        (format!("etcd://app:hunter2@127.0.0.1:{port}?cacrt=/ca.pem"), "unknown parameter ?cacrt="),
+    ] {
+        let why = StoreSpec::from_url(&url).expect_err("refused while parsing");
+        assert!(why.contains(needle) && why.contains("app:***@") && !why.contains("hunter2"), "{why}");
+    }
 
     // A server that goes away under an open client: transient.
     h.server.stop();
     let err = store.status("x").await.expect_err("the server is down");
     check(err, ErrorKind::Unavailable, &format!(":{port}"));
+}
+
+/// etcd forgets an authentication token left unused for its --auth-token-ttl (and a restarted
+/// member forgets them all): a client whose token lapsed gets a new one and carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lapsed_auth_token_is_replaced() {
+    let server = tokio::task::spawn_blocking(|| Etcd::start_with_auth_token_ttl(1)).await.unwrap();
+    server.enable_auth("app", "hunter2", "/leaderrun/");
+    let url = format!("etcd://app:hunter2@127.0.0.1:{}", server.port());
+    let (a, b) = (open_url(&url, Access::Create).await.unwrap(), open_url(&url, Access::Create).await.unwrap());
+    let lock = unique("token");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    // Long enough unused for etcd (which looks once a second) to forget both tokens.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move { b.changed(&lock, Duration::from_secs(3600)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(conformance::SOON, waiter).await.expect("the release never woke b").unwrap();
+    won(&*b, &lock, "b", TTL).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

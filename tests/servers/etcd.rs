@@ -18,23 +18,31 @@ pub struct Etcd {
     process: ServerProcess,
     /// With `start_tls`: the certificates, and a second client port that speaks only TLS.
     tls: Option<(super::tls::Certs, AtomicU16)>,
+    /// More etcd flags, kept for `start_again`.
+    extra_args: Vec<String>,
 }
 
 impl Etcd {
     /// Start a new server; panics with the reason if it cannot.
     pub fn start() -> Self {
-        Self::start_with(None)
+        Self::start_with(None, Vec::new())
     }
 
     /// Start a server that also listens for TLS clients with a certificate (see `tls_url`).
     pub fn start_tls() -> Self {
-        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))))
+        Self::start_with(Some((super::tls::Certs::new(), AtomicU16::new(0))), Vec::new())
     }
 
-    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>) -> Self {
+    /// Start a server whose authentication tokens lapse after `secs` seconds unused
+    /// (etcd's default is 300), to see a client get a new one.
+    pub fn start_with_auth_token_ttl(secs: u32) -> Self {
+        Self::start_with(None, vec![format!("--auth-token-ttl={secs}")])
+    }
+
+    fn start_with(tls: Option<(super::tls::Certs, AtomicU16)>, extra_args: Vec<String>) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-etcd-").tempdir().expect("create a temp dir");
         let (client_port, peer_port, process) = (AtomicU16::new(0), AtomicU16::new(0), ServerProcess::default());
-        let etcd = Self { dir, client_port, peer_port, process, tls };
+        let etcd = Self { dir, client_port, peer_port, process, tls, extra_args };
         let pick_ports = || {
             etcd.client_port.store(super::free_port(), Ordering::SeqCst);
             etcd.peer_port.store(super::free_port(), Ordering::SeqCst);
@@ -89,6 +97,17 @@ impl Etcd {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Turn authentication on: a root user, and user `user` with `password` that may read
+    /// and write keys under `prefix` only.
+    pub fn enable_auth(&self, user: &str, password: &str, prefix: &str) {
+        self.etcdctl(&["user", "add", "root:rootpw"]);
+        self.etcdctl(&["user", "add", &format!("{user}:{password}")]);
+        self.etcdctl(&["role", "add", user]);
+        self.etcdctl(&["role", "grant-permission", user, "--prefix=true", "readwrite", prefix]);
+        self.etcdctl(&["user", "grant-role", user, user]);
+        self.etcdctl(&["auth", "enable"]);
+    }
+
     fn etcdctl_cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("etcdctl");
         cmd.env_clear()
@@ -127,6 +146,7 @@ impl Etcd {
             .args(["--name", "t", "--data-dir", data.to_str().unwrap()])
             .args(["--listen-client-urls", &clients, "--advertise-client-urls", &clients])
             .args(&tls_args)
+            .args(&self.extra_args)
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .arg(format!("--initial-cluster=t={peer}"))
             .arg("--unsafe-no-fsync")

@@ -1,0 +1,528 @@
+//! etcd store: `--store etcd://[user:pass@]host:2379[,host2:2379...][/prefix]`.
+//!
+//! Two keys per lock name (the name verbatim: etcd keys are bytes):
+//! - `{prefix}lock/{name}`: exists while the lock is taken; value `{holder, lease_id,
+//!   acquired_ms, revoked, kept}` (JSON), attached to an etcd lease of the holder's TTL, so
+//!   etcd deletes it when the lease lapses.
+//! - `{prefix}token/{name}`: empty, never deleted, rewritten in the same transaction that
+//!   creates the lock key. It remembers the latest token once the lock key is gone.
+//!
+//! What etcd guarantees and this store relies on for its one compare-and-set: transactions
+//! are linearizable (serialized through Raft; reads here are linearizable too, the default),
+//! an acknowledged write is on a quorum, and revisions are global and strictly increase for
+//! the life of the cluster (compaction and restarts keep them; `etcdutl snapshot restore`
+//! keeps them as of the snapshot, so restoring an OLD snapshot could hand out tokens again,
+//! as restoring an old backup would for any store).
+//!
+//! - acquire: grant a lease of ceil(ttl) seconds, then one transaction:
+//!   `create_revision(lock) == 0` (the key does not exist) → put it with the lease and
+//!   touch the token key; otherwise read who holds it (and revoke the unused lease).
+//! - fencing token = the lock key's create revision. A key is only ever created anew by an
+//!   acquisition (a re-put keeps it), so every acquisition gets a larger revision than all
+//!   before it, across releases and expiries; the token key's mod revision is that same
+//!   revision (one transaction, one revision), which is how `status` of a released lock
+//!   still reports its last token.
+//! - renew: one round trip. The store remembers, for each lease it took or renewed, the etcd
+//!   lease id and the key's mod revision; a renewal sends, at the same time, a transaction
+//!   `create_revision == token && mod_revision == remembered` (else: read the key) and one
+//!   LeaseKeepAlive. Only a matching compare counts as renewed: a revoke (a re-put) or a
+//!   new holder changes the mod revision. A revoke that lands just after the compare is seen
+//!   at the next renewal, as if it had come after this one; the keep-alive it may have
+//!   extended only keeps a revoked (still taken) lock taken longer, the safe direction.
+//!   A store that has not seen the lease (another process renewing with it) reads the key
+//!   first. etcd renews a lease to its GRANTED TTL (the acquire's ceil(ttl), or etcd's
+//!   minimum, see below); the elector renews with the ttl it acquired with.
+//! - release: revoking the lease, which deletes the key attached to it (waiters' watches see
+//!   the DELETE); a store that did not take the lease itself reads the key and deletes it in
+//!   a transaction guarded by the mod revision read, then revokes the lease. With --min-hold
+//!   the key is instead re-put on a new lease of the time left, marked `kept`, which keeps its
+//!   create revision (the token).
+//! - revoke: a guarded re-put with `revoked: true` that keeps the lease: nothing is freed
+//!   while a child may run. A `kept` lock has no child and no holder left: its lease is
+//!   revoked, which frees it at once.
+//! - abandon: the trait's status-then-release, which from any client deletes the key and
+//!   revokes the etcd lease it names.
+//! - changed: a watch on the lock key from the revision of a read, so a delete between
+//!   the read and the watch is not missed.
+//!
+//! Expiry is judged by the etcd leader's lessor on its own monotonic clock; after a leader
+//! change the new leader extends every lease by a full TTL (leases only ever last longer,
+//! the safe direction). etcd enforces a minimum TTL (1.5 election timeouts, 2 s with the
+//! default settings): shorter requests get the minimum, again only longer. Lease TTLs are
+//! whole seconds, so ttls are rounded up.
+//!
+//! What is NOT guaranteed: --min-hold is timed from `acquired_ms`, the acquiring host's
+//! wall clock (etcd has no server-time API); the holder releases on the same host, so only a
+//! wall-clock step during the hold moves it, and --min-hold is a convenience, not part of
+//! the safety contract. `held_since` is that wall-clock time too, for display. etcd's own
+//! client times keepalive deadlines from the response; leaderrun's elector times them from
+//! its request, this store only answers renew.
+//!
+//! TLS: `etcds://` (or `?tls=1`) speaks https to every endpoint, trusting the system's CAs or
+//! `?cacert=FILE`, with a client certificate from `&cert=FILE&key=FILE` (etcdctl's names).
+//! A password never appears in a message: they are built from the URL without it.
+//!
+//! The gRPC calls go through `client` (tonic) with the messages of `wire`, written out by
+//! hand so that building needs no `protoc`.
+
+mod client;
+mod target;
+mod wire;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::time::timeout;
+
+pub use target::{Target, DEFAULT_PREFIX};
+
+use super::url::Access;
+use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use client::{store_error, Connection, REQUEST_TIMEOUT};
+use wire::{path, KeyValue, RangeRequest, TxnRequest, TxnResponse};
+
+/// Guarded writes retried this often when the key changes under them before giving up.
+const MAX_RACES: usize = 20;
+
+/// The lock key's value.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Value {
+    holder: String,
+    lease_id: i64,
+    /// The acquiring host's wall clock (ms since the epoch): display and --min-hold.
+    acquired_ms: u64,
+    revoked: bool,
+    /// Released with --min-hold: the child has exited and the holder is gone; the lock stays
+    /// taken only until the keep's lease lapses. Absent in records of older versions.
+    #[serde(default)]
+    kept: bool,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whole seconds, rounded up, at least 1: etcd leases have 1 s granularity.
+fn lease_secs(d: Duration) -> i64 {
+    (d.as_nanos().div_ceil(1_000_000_000) as i64).max(1)
+}
+
+fn held_key(lease: &Lease) -> (String, u64, String) {
+    (lease.lock.clone(), lease.token, lease.identity.clone())
+}
+
+pub struct EtcdStore {
+    connection: Connection,
+    prefix: String,
+    /// The URL without its password, for messages.
+    shown: String,
+    /// For each lease this store took or renewed, (lock, token, identity) → where it stood then.
+    held: Mutex<HashMap<(String, u64, String), Held>>,
+}
+
+/// What a renewal compares against: the etcd lease the key is attached to, and the key's
+/// mod revision when this store last saw it unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    lease_id: i64,
+    mod_revision: i64,
+}
+
+impl EtcdStore {
+    /// Connect (authenticating, if a user is given), then read once, so an unreachable
+    /// cluster or bad credentials are reported here, before anything runs.
+    /// etcd needs nothing created, so `access` makes no difference.
+    pub async fn open(target: &Target, _access: Access) -> Result<Self> {
+        let shown = target.shown.clone();
+        let connection = match timeout(REQUEST_TIMEOUT, Connection::open(target)).await {
+            Ok(connection) => connection?,
+            Err(_) => return Err(no_answer(&shown)),
+        };
+        let store = Self { connection, prefix: target.prefix.clone(), shown, held: Default::default() };
+        let probe = RangeRequest { key: store.lock_key("").into_bytes(), count_only: true, ..Default::default() };
+        store.call("open", store.connection.unary::<_, wire::RangeResponse>(path::RANGE, probe)).await?;
+        Ok(store)
+    }
+
+    fn lock_key(&self, lock: &str) -> String {
+        format!("{}lock/{lock}", self.prefix)
+    }
+
+    fn token_key(&self, lock: &str) -> String {
+        format!("{}token/{lock}", self.prefix)
+    }
+
+    /// One request, bounded by REQUEST_TIMEOUT (a cluster without a reachable member can
+    /// leave a request pending), with its error mapped.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        request: impl Future<Output = std::result::Result<T, tonic::Status>>,
+    ) -> Result<T> {
+        // One line per request at -vvv: the benchmarks count them.
+        tracing::trace!(op, "store request");
+        match timeout(REQUEST_TIMEOUT, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(status)) => Err(store_error(&self.shown, &status)),
+            Err(_) => Err(no_answer(&self.shown)),
+        }
+    }
+
+    async fn txn(&self, op: &'static str, txn: TxnRequest) -> Result<TxnResponse> {
+        self.call(op, self.connection.unary(path::TXN, txn)).await
+    }
+
+    async fn get_lock(&self, lock: &str) -> Result<Option<KeyValue>> {
+        let request = RangeRequest { key: self.lock_key(lock).into_bytes(), ..Default::default() };
+        let response: wire::RangeResponse = self.call("get", self.connection.unary(path::RANGE, request)).await?;
+        Ok(response.kvs.into_iter().next())
+    }
+
+    async fn grant(&self, ttl: Duration) -> Result<i64> {
+        let request = wire::LeaseGrantRequest { ttl: lease_secs(ttl), id: 0 };
+        let granted: wire::LeaseGrantResponse =
+            self.call("lease-grant", self.connection.unary(path::LEASE_GRANT, request)).await?;
+        Ok(granted.id)
+    }
+
+    fn value(&self, kv: &KeyValue) -> Result<Value> {
+        serde_json::from_slice(&kv.value).map_err(|e| {
+            StoreError::refused(format!(
+                "etcd store {}: the record of lock {:?} is not leaderrun's ({e})",
+                self.shown,
+                String::from_utf8_lossy(&kv.key)
+            ))
+        })
+    }
+
+    fn encode(&self, value: &Value) -> Result<Vec<u8>> {
+        serde_json::to_vec(value)
+            .map_err(|e| StoreError::refused(format!("etcd store {}: cannot encode a record: {e}", self.shown)))
+    }
+
+    /// The record of a lock whose key exists.
+    async fn record(&self, lock: &str, kv: &KeyValue) -> Result<LockRecord> {
+        let value = self.value(kv)?;
+        let token = kv.create_revision as u64;
+        match self.call("lease-ttl", self.connection.lease_left(value.lease_id)).await? {
+            Some(left) => Ok(LockRecord {
+                lock: lock.to_string(),
+                holder: Some(value.holder),
+                token,
+                held_since: Some(UNIX_EPOCH + Duration::from_millis(value.acquired_ms)),
+                expires_in: Some(left),
+                revoked: value.revoked,
+            }),
+            // Lapsed, and etcd is about to delete the key.
+            None => Ok(LockRecord { token, ..LockRecord::free(lock) }),
+        }
+    }
+
+    /// The record of a free lock: the latest token is the token key's mod revision (0 if
+    /// this lock was never taken).
+    fn free_record(lock: &str, token_kv: Option<&KeyValue>) -> LockRecord {
+        LockRecord { token: token_kv.map_or(0, |kv| kv.mod_revision as u64), ..LockRecord::free(lock) }
+    }
+
+    async fn revoke_lease(&self, lease_id: i64) {
+        // Best effort: an unrevoked lease lapses by itself at its TTL.
+        let _ = self.call("lease-revoke", self.connection.lease_revoke(lease_id)).await;
+    }
+
+    /// The map of leases this store has seen; a panic elsewhere while it was locked leaves
+    /// it as it was, still usable.
+    fn held(&self) -> MutexGuard<'_, HashMap<(String, u64, String), Held>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn remembered(&self, lease: &Lease) -> Option<Held> {
+        self.held().get(&held_key(lease)).copied()
+    }
+
+    fn remember(&self, lease: &Lease, held: Held) {
+        self.held().insert(held_key(lease), held);
+    }
+
+    fn forget(&self, lease: &Lease) {
+        self.held().remove(&held_key(lease));
+    }
+
+    /// Whether the key as read still carries this lease, unrevoked: `Ok` with what a renewal
+    /// compares against (remembered), or `Err` with the loss to report (forgotten).
+    async fn judge(&self, lease: &Lease, kv: Option<&KeyValue>) -> Result<std::result::Result<Held, Renew>> {
+        let Some(kv) = kv else {
+            self.forget(lease);
+            return Ok(Err(Renew::Lost(None)));
+        };
+        let value = self.value(kv)?;
+        if kv.create_revision as u64 != lease.token || value.holder != lease.identity || value.revoked {
+            self.forget(lease);
+            return Ok(Err(Renew::Lost(Some(self.record(&lease.lock, kv).await?))));
+        }
+        let held = Held { lease_id: value.lease_id, mod_revision: kv.mod_revision };
+        self.remember(lease, held);
+        Ok(Ok(held))
+    }
+
+    /// One LeaseKeepAlive: whether the lease still exists (a lapsed one is gone, not a passing
+    /// failure).
+    async fn keep_alive(&self, lease_id: i64) -> Result<bool> {
+        self.call("keep-alive", self.connection.keep_alive(lease_id)).await
+    }
+
+    /// A transaction with one compare on the key's mod revision.
+    async fn guarded(
+        &self,
+        op: &'static str,
+        lock: &str,
+        mod_revision: i64,
+        then: Vec<wire::RequestOp>,
+    ) -> Result<bool> {
+        let key = self.lock_key(lock).into_bytes();
+        let txn =
+            TxnRequest { compare: vec![wire::mod_revision_is(&key, mod_revision)], success: then, failure: vec![] };
+        Ok(self.txn(op, txn).await?.succeeded)
+    }
+
+    /// Return once the lock key is gone: read it, then watch for its DELETE from the next
+    /// revision on, so a release between the read and the watch is not missed.
+    async fn wait_deleted(&self, lock: &str) -> Result<()> {
+        let key = self.lock_key(lock).into_bytes();
+        let request = RangeRequest { key: key.clone(), ..Default::default() };
+        let read: wire::RangeResponse = self.call("get", self.connection.unary(path::RANGE, request)).await?;
+        if read.kvs.is_empty() {
+            return Ok(());
+        }
+        let from = read.header.map_or(0, |h| h.revision) + 1;
+        let create = wire::WatchCreateRequest { key, start_revision: from, filters: vec![wire::FILTER_NOPUT] };
+        // Opening the stream is bounded like any call; waiting on it is bounded by the caller.
+        let mut stream = self.call("watch", self.connection.watch(create)).await?;
+        loop {
+            match stream.message().await {
+                // Cancelled (its start revision was compacted away, say): the caller re-reads.
+                Ok(Some(answer)) if answer.canceled => return Ok(()),
+                Ok(Some(answer)) if answer.events.iter().any(|e| e.r#type == wire::EVENT_DELETE) => return Ok(()),
+                Ok(Some(_)) => continue,
+                Ok(None) => return Ok(()),
+                Err(status) => return Err(store_error(&self.shown, &status)),
+            }
+        }
+    }
+}
+
+fn no_answer(shown: &str) -> StoreError {
+    StoreError::unavailable(format!("etcd store {shown}: no answer within {}s", REQUEST_TIMEOUT.as_secs()))
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        // A read first: a standby re-checking a held lock need not grant (and revoke) a lease.
+        if let Some(kv) = self.get_lock(lock).await? {
+            let record = self.record(lock, &kv).await?;
+            if record.is_held() {
+                return Ok(Acquire::Held(record));
+            }
+        }
+        let lease_id = self.grant(ttl).await?;
+        let value =
+            Value { holder: identity.to_string(), lease_id, acquired_ms: now_ms(), revoked: false, kept: false };
+        let key = self.lock_key(lock).into_bytes();
+        let txn = TxnRequest {
+            compare: vec![wire::create_revision_is(&key, 0)],
+            // Answers: 0 the put, 1 the token key's put, 2 the key as written.
+            success: vec![
+                wire::put(&key, self.encode(&value)?, lease_id),
+                wire::put(self.token_key(lock).as_bytes(), Vec::new(), 0),
+                wire::get(&key),
+            ],
+            failure: vec![wire::get(&key)],
+        };
+        let resp = match self.txn("acquire", txn).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                // Taken or not, an unrenewed lease frees the key at its TTL.
+                self.revoke_lease(lease_id).await;
+                return Err(e);
+            }
+        };
+        if resp.succeeded {
+            let (token, mod_revision) =
+                resp.range(2).first().map_or((0, 0), |kv| (kv.create_revision, kv.mod_revision));
+            let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 };
+            self.remember(&lease, Held { lease_id, mod_revision });
+            return Ok(Acquire::Won(lease));
+        }
+        self.revoke_lease(lease_id).await;
+        match resp.range(0).first() {
+            Some(kv) => Ok(Acquire::Held(self.record(lock, kv).await?)),
+            None => Ok(Acquire::Held(LockRecord::free(lock))),
+        }
+    }
+
+    async fn renew(&self, lease: &Lease, _ttl: Duration) -> Result<Renew> {
+        let held = match self.remembered(lease) {
+            Some(held) => held,
+            None => match self.judge(lease, self.get_lock(&lease.lock).await?.as_ref()).await? {
+                Ok(held) => held,
+                Err(lost) => return Ok(lost),
+            },
+        };
+        // The compare and the keep-alive travel together: one round trip.
+        let key = self.lock_key(&lease.lock).into_bytes();
+        let txn = TxnRequest {
+            compare: vec![
+                wire::create_revision_is(&key, lease.token as i64),
+                wire::mod_revision_is(&key, held.mod_revision),
+            ],
+            success: vec![],
+            failure: vec![wire::get(&key)],
+        };
+        let (checked, alive) = tokio::join!(self.txn("renew-check", txn), self.keep_alive(held.lease_id));
+        let checked = checked?;
+        let alive = if checked.succeeded {
+            alive?
+        } else {
+            // Changed since this store last looked: judge what is there now.
+            match self.judge(lease, checked.range(0).first()).await? {
+                Err(lost) => return Ok(lost),
+                Ok(now) if now.lease_id == held.lease_id => alive?,
+                Ok(now) => self.keep_alive(now.lease_id).await?,
+            }
+        };
+        if !alive {
+            self.forget(lease);
+            return Ok(Renew::Lost(None));
+        }
+        Ok(Renew::Renewed)
+    }
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        if let (Some(held), true) = (self.remembered(lease), keep.is_zero()) {
+            // One request: revoking the etcd lease deletes the key attached to it (waiters'
+            // watches see the DELETE) and nothing else. A key some other lease holds is
+            // untouched, and a lease that has lapsed is gone already.
+            self.call("lease-revoke", self.connection.lease_revoke(held.lease_id)).await?;
+            self.forget(lease);
+            return Ok(());
+        }
+        self.forget(lease);
+        for _ in 0..MAX_RACES {
+            let Some(kv) = self.get_lock(&lease.lock).await? else {
+                return Ok(());
+            };
+            let value = self.value(&kv)?;
+            if kv.create_revision as u64 != lease.token || value.holder != lease.identity {
+                return Ok(());
+            }
+            let until_ms = value.acquired_ms.saturating_add(keep.as_millis() as u64);
+            let left = Duration::from_millis(until_ms.saturating_sub(now_ms()));
+            let key = self.lock_key(&lease.lock).into_bytes();
+            if !keep.is_zero() && !left.is_zero() {
+                // --min-hold: the key moves to a new lease of the time left. A re-put keeps
+                // the create revision, so the token stays; the holder no longer renews.
+                let new_id = self.grant(left).await?;
+                let kept = self.encode(&Value { lease_id: new_id, kept: true, ..value.clone() })?;
+                if self.guarded("release", &lease.lock, kv.mod_revision, vec![wire::put(&key, kept, new_id)]).await? {
+                    self.revoke_lease(value.lease_id).await;
+                    return Ok(());
+                }
+                self.revoke_lease(new_id).await;
+            } else if self.guarded("release", &lease.lock, kv.mod_revision, vec![wire::delete(&key)]).await? {
+                self.revoke_lease(value.lease_id).await;
+                return Ok(());
+            }
+        }
+        Err(StoreError::unavailable(format!(
+            "etcd store {}: lock {:?} kept changing during release",
+            self.shown, lease.lock
+        )))
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockRecord> {
+        // Both keys at one revision.
+        let txn = TxnRequest {
+            success: vec![wire::get(self.lock_key(lock).as_bytes()), wire::get(self.token_key(lock).as_bytes())],
+            ..Default::default()
+        };
+        let resp = self.txn("status", txn).await?;
+        match (resp.range(0).first(), resp.range(1).first()) {
+            (Some(kv), _) => self.record(lock, kv).await,
+            (None, token) => Ok(Self::free_record(lock, token)),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<LockRecord>> {
+        let (locks, tokens) = (self.lock_key(""), self.token_key(""));
+        let txn = TxnRequest {
+            success: vec![wire::get_prefix(locks.as_bytes()), wire::get_prefix(tokens.as_bytes())],
+            ..Default::default()
+        };
+        let resp = self.txn("list", txn).await?;
+        let name = |kv: &KeyValue, prefix: &str| String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned();
+        let mut records = BTreeMap::new();
+        for kv in resp.range(1) {
+            let lock = name(kv, &tokens);
+            records.insert(lock.clone(), Self::free_record(&lock, Some(kv)));
+        }
+        for kv in resp.range(0) {
+            let lock = name(kv, &locks);
+            records.insert(lock.clone(), self.record(&lock, kv).await?);
+        }
+        Ok(records.into_values().collect())
+    }
+
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
+        for _ in 0..MAX_RACES {
+            let Some(kv) = self.get_lock(lock).await? else {
+                return Ok(None);
+            };
+            let before = self.record(lock, &kv).await?;
+            if !before.is_held() {
+                return Ok(None);
+            }
+            let value = self.value(&kv)?;
+            if value.kept {
+                // Only kept for --min-hold: no child runs under it and nobody is left to free
+                // it. Revoking the keep's lease deletes the key if it is still attached to it
+                // (a lock taken since is on another lease, untouched).
+                self.call("lease-revoke", self.connection.lease_revoke(value.lease_id)).await?;
+                return Ok(Some(before));
+            }
+            // Keep the lease: the lock stays taken until the holder frees it or it lapses.
+            let revoked = self.encode(&Value { revoked: true, ..value })?;
+            let put = wire::put_keeping_lease(self.lock_key(lock).as_bytes(), revoked);
+            if self.guarded("revoke", lock, kv.mod_revision, vec![put]).await? {
+                return Ok(Some(before));
+            }
+        }
+        Err(StoreError::unavailable(format!("etcd store {}: lock {lock:?} kept changing during revoke", self.shown)))
+    }
+
+    async fn changed(&self, lock: &str, max_wait: Duration) {
+        super::watch_at_most(self.wait_deleted(lock), max_wait).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_seconds_round_up() {
+        assert_eq!(lease_secs(Duration::from_millis(300)), 1);
+        assert_eq!(lease_secs(Duration::from_secs(30)), 30);
+        assert_eq!(lease_secs(Duration::from_millis(30_001)), 31);
+    }
+
+    #[test]
+    fn records_of_older_versions_read_as_not_kept() {
+        let old = br#"{"holder":"h","lease_id":7,"acquired_ms":1,"revoked":false}"#;
+        let value: Value = serde_json::from_slice(old).unwrap();
+        assert!(!value.kept && value.lease_id == 7);
+    }
+}
