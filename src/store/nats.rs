@@ -84,7 +84,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::timeout;
 
-use super::url::{parse_cluster_url, redact, Access};
+use super::url::{parse_cluster_url, redact, switch, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// The bucket unless the URL has a path.
@@ -161,16 +161,6 @@ impl std::fmt::Debug for Auth {
             Auth::User(user, _) => write!(f, "User({user:?}, ***)"),
             Auth::Token(_) => write!(f, "Token(***)"),
         }
-    }
-}
-
-/// A yes-or-no parameter: `1` or `true`, `0` or `false`. Anything else is refused: a misspelt
-/// value must not silently turn TLS on or off.
-fn switch(key: &str, value: &str) -> std::result::Result<bool, String> {
-    match value.to_ascii_lowercase().as_str() {
-        "1" | "true" => Ok(true),
-        "0" | "false" => Ok(false),
-        _ => Err(format!("?{key}={value} is not 1, true, 0 or false")),
     }
 }
 
@@ -931,7 +921,7 @@ mod tests {
     fn every_parameter_is_checked() {
         let (t, err) = (|u: &str| Target::parse(u).unwrap(), |u: &str| Target::parse(u).unwrap_err());
         assert_eq!(err("nats://h?tls=on"), "?tls=on is not 1, true, 0 or false");
-        assert_eq!(err("nats://h?tls"), "?tls= is not 1, true, 0 or false");
+        assert!(t("nats://h?tls").tls, "a bare ?tls is yes");
         assert_eq!(err("nats://h?replicas=3&replicas=1"), "?replicas= is given twice");
         assert_eq!(err("nats://h?replicas=0"), "?replicas=0 is not a number from 1 to 5");
         assert_eq!(err("nats://h?creds="), "?creds= needs a file");

@@ -360,6 +360,16 @@ pub fn parse_cluster_url(rest: &str, default_port: u16) -> Result<ClusterUrl, St
     Ok(ClusterUrl { userinfo, hosts: with_ports, path: percent_decode(path.trim_matches('/')), params })
 }
 
+/// A yes-or-no URL parameter: bare (`?tls`), `1` or `true` is yes; `0` or `false` is no.
+/// Anything else is refused: a misspelt value must not silently turn TLS on or off.
+pub fn switch(key: &str, value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "" | "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err(format!("?{key}={value} is not 1, true, 0 or false")),
+    }
+}
+
 /// The PEM files of a TLS connection, named as etcdctl and redis-cli name them:
 /// `cacert=` (the CA to trust), `cert=` and `key=` (a client certificate).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The `etcd://` URL, parsed once while the command line is checked.
 
-use super::super::url::{parse_cluster_url, redact, TlsFiles};
+use super::super::url::{parse_cluster_url, redact, switch, TlsFiles};
 
 /// The key prefix unless the URL has a path.
 pub const DEFAULT_PREFIX: &str = "/leaderrun/";
@@ -42,7 +42,7 @@ impl Target {
         for (key, value) in &url.params {
             if key == "tls" {
                 // As on the other stores: anything but 0 or false turns TLS on (the safe reading).
-                tls = !matches!(value.as_str(), "0" | "false");
+                tls = switch(key, value)?;
             } else if !files.take(key, value) {
                 return Err(format!("unknown parameter ?{key}= (known: tls, cacert, cert, key)"));
             }
@@ -88,6 +88,7 @@ mod tests {
         assert!(Target::parse("etcds://h?cert=/c.pem").unwrap_err().contains("go together"));
         assert!(Target::parse("http://h").unwrap_err().contains("etcds://"));
         assert!(Target::parse("etcd://a,,b").is_err());
+        assert!(Target::parse("etcd://h?tls=yes").unwrap_err().contains("?tls=yes is not 1, true, 0 or false"));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use redis::{Client, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisError};
 
 use super::{describe, DEFAULT_PREFIX};
-use crate::store::url::{redact, TlsFiles};
+use crate::store::url::{redact, switch, TlsFiles};
 use crate::store::{Result, StoreError};
 
 /// The parameters a Redis URL takes, for the message that refuses any other.
@@ -66,7 +66,7 @@ impl Target {
             seen.push(key);
             match key {
                 "prefix" => target.prefix = value.to_string(),
-                "allow-eviction" => target.allow_eviction = flag(key, value)?,
+                "allow-eviction" => target.allow_eviction = switch(key, value)?,
                 "protocol" => {
                     let settings = target.connection.redis_settings().clone().set_protocol(protocol(value)?);
                     target.connection = Box::new(target.connection.set_redis_settings(settings));
@@ -139,15 +139,6 @@ fn protocol(value: &str) -> std::result::Result<ProtocolVersion, String> {
     }
 }
 
-/// A yes/no parameter: bare (`?allow-eviction`), 1 or true is yes; 0 or false is no.
-fn flag(key: &str, value: &str) -> std::result::Result<bool, String> {
-    match value {
-        "" | "1" | "true" => Ok(true),
-        "0" | "false" => Ok(false),
-        _ => Err(format!("?{key}= takes 1 or 0")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,7 +197,10 @@ mod tests {
         refused("redis://:hunter2@h/-1", "the path is the database number");
         refused("redis://:hunter2@h/0/1", "the path is the database number");
         refused("redis://:hunter2@h?protocol=4", "?protocol=4 is not a protocol (resp2 or resp3)");
-        refused("redis://:hunter2@h?allow-eviction=yes-please", "?allow-eviction= takes 1 or 0");
+        refused(
+            "redis://:hunter2@h?allow-eviction=yes-please",
+            "?allow-eviction=yes-please is not 1, true, 0 or false",
+        );
         refused("redis://:hunter2@h?prefix=a&prefix=b", "?prefix= is given twice");
         refused("rediss://:hunter2@h?cacert=", "?cacert= names no file");
         refused("redis://:hunter2@h?cacert=/ca.pem", "need TLS (a rediss:// URL)");

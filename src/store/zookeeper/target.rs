@@ -4,7 +4,7 @@
 use zookeeper_client::{Error as ZkError, TlsOptions};
 
 use super::names::refused_by_zookeeper;
-use crate::store::url::{parse_cluster_url, redact, TlsFiles};
+use crate::store::url::{parse_cluster_url, redact, switch, TlsFiles};
 use crate::store::{Result, StoreError};
 
 /// The root node unless the URL has a path.
@@ -37,16 +37,6 @@ impl Target {
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Target({})", self.shown)
-    }
-}
-
-/// A yes-or-no parameter: `1` or `true`, `0` or `false`. Anything else is refused: a misspelt
-/// value must not silently turn TLS on or off.
-fn switch(key: &str, value: &str) -> std::result::Result<bool, String> {
-    match value.to_ascii_lowercase().as_str() {
-        "1" | "true" => Ok(true),
-        "0" | "false" => Ok(false),
-        _ => Err(format!("?{key}={value} is not 1, true, 0 or false")),
     }
 }
 
@@ -154,7 +144,7 @@ mod tests {
             "unknown parameter ?bogus= (known: tls or zookeeper.client.secure, cacert, cert, key)"
         );
         assert_eq!(err("zk://h?tls=yes&cacert=/ca"), "?tls=yes is not 1, true, 0 or false");
-        assert_eq!(err("zk://h?tls&cacert=/ca"), "?tls= is not 1, true, 0 or false");
+        assert!(Target::parse("zk://h?tls&cacert=/ca").unwrap().tls.is_some(), "a bare ?tls is yes");
         assert_eq!(err("zk://h?tls=1&secure=0&cacert=/ca"), "?secure= is given twice");
         assert_eq!(err("zk://h?tls=1&cacert=/a&cacert=/b"), "?cacert= is given twice");
         assert_eq!(err("zk://h?tls=1&cacert="), "?cacert= needs a file");
