@@ -138,14 +138,6 @@ enum Auth {
     Token(String),
 }
 
-impl Target {
-    /// Parse a `nats://` URL; the error is a bare reason, naming the part, and never the
-    /// password or token.
-    pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        parse_url(url)
-    }
-}
-
 /// Shown as messages show the store: never the password or token.
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -164,79 +156,84 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-fn parse_url(url: &str) -> std::result::Result<Target, String> {
-    let shown = redact(url);
-    let bad = |why: &str| why.to_string();
-    let expected = "expected nats://[user:pass@]host:4222[,host2:4222][/BUCKET]";
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(expected))?;
-    if !scheme.eq_ignore_ascii_case("nats") {
-        return Err(bad(expected));
-    }
-    let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
-    let auth = match url.userinfo {
-        Some((user, Some(_))) if user.is_empty() => return Err(bad("user:pass@ names no user")),
-        Some((user, Some(pass))) => Auth::User(user, pass),
-        Some((token, None)) if token.is_empty() => return Err(bad("token@ is empty")),
-        Some((token, None)) => Auth::Token(token),
-        None => Auth::None,
-    };
-    let mut target = Target {
-        shown,
-        servers: url.hosts.iter().map(|host| format!("nats://{host}")).collect(),
-        auth,
-        bucket: DEFAULT_BUCKET.to_string(),
-        replicas: 1,
-        creds: None,
-        tls: false,
-        tls_ca: None,
-        tls_cert: None,
-        tls_key: None,
-    };
-    let bucket = url.path;
-    if !bucket.is_empty() {
-        if !bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-            return Err(bad(&format!("{bucket:?} is not a valid bucket name (letters, digits, '_' and '-')")));
+impl Target {
+    /// Parse a `nats://` URL; the error is a bare reason, naming the part, and never the
+    /// password or token.
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        let shown = redact(url);
+        let bad = |why: &str| why.to_string();
+        let expected = "expected nats://[user:pass@]host:4222[,host2:4222][/BUCKET]";
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(expected))?;
+        if !scheme.eq_ignore_ascii_case("nats") {
+            return Err(bad(expected));
         }
-        target.bucket = bucket;
-    }
-    let (mut seen, mut tls) = (Vec::new(), None);
-    for (key, value) in &url.params {
-        if seen.contains(&key) {
-            return Err(format!("?{key}= is given twice"));
-        }
-        seen.push(key);
-        let file =
-            || (!value.is_empty()).then(|| PathBuf::from(&value)).ok_or_else(|| bad(&format!("?{key}= needs a file")));
-        match key.as_str() {
-            "replicas" => {
-                target.replicas = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=5).contains(n))
-                    .ok_or_else(|| bad(&format!("?replicas={value} is not a number from 1 to 5")))?
+        let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
+        let auth = match url.userinfo {
+            Some((user, Some(_))) if user.is_empty() => return Err(bad("user:pass@ names no user")),
+            Some((user, Some(pass))) => Auth::User(user, pass),
+            Some((token, None)) if token.is_empty() => return Err(bad("token@ is empty")),
+            Some((token, None)) => Auth::Token(token),
+            None => Auth::None,
+        };
+        let mut target = Target {
+            shown,
+            servers: url.hosts.iter().map(|host| format!("nats://{host}")).collect(),
+            auth,
+            bucket: DEFAULT_BUCKET.to_string(),
+            replicas: 1,
+            creds: None,
+            tls: false,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+        };
+        let bucket = url.path;
+        if !bucket.is_empty() {
+            if !bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+                return Err(bad(&format!("{bucket:?} is not a valid bucket name (letters, digits, '_' and '-')")));
             }
-            "creds" => target.creds = Some(file()?),
-            "tls" => tls = Some(switch(key, value)?),
-            "tlsca" => target.tls_ca = Some(file()?),
-            "tlscert" => target.tls_cert = Some(file()?),
-            "tlskey" => target.tls_key = Some(file()?),
-            // A misspelt TLS parameter must not silently leave TLS off.
-            _ => {
-                return Err(bad(&format!(
-                    "unknown parameter ?{key}= (known: replicas, creds, tls, tlsca, tlscert, tlskey)"
-                )))
+            target.bucket = bucket;
+        }
+        let (mut seen, mut tls) = (Vec::new(), None);
+        for (key, value) in &url.params {
+            if seen.contains(&key) {
+                return Err(format!("?{key}= is given twice"));
+            }
+            seen.push(key);
+            let file = || {
+                (!value.is_empty()).then(|| PathBuf::from(&value)).ok_or_else(|| bad(&format!("?{key}= needs a file")))
+            };
+            match key.as_str() {
+                "replicas" => {
+                    target.replicas = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=5).contains(n))
+                        .ok_or_else(|| bad(&format!("?replicas={value} is not a number from 1 to 5")))?
+                }
+                "creds" => target.creds = Some(file()?),
+                "tls" => tls = Some(switch(key, value)?),
+                "tlsca" => target.tls_ca = Some(file()?),
+                "tlscert" => target.tls_cert = Some(file()?),
+                "tlskey" => target.tls_key = Some(file()?),
+                // A misspelt TLS parameter must not silently leave TLS off.
+                _ => {
+                    return Err(bad(&format!(
+                        "unknown parameter ?{key}= (known: replicas, creds, tls, tlsca, tlscert, tlskey)"
+                    )))
+                }
             }
         }
+        if target.tls_cert.is_some() != target.tls_key.is_some() {
+            return Err(bad("?tlscert= and ?tlskey= go together"));
+        }
+        let files = target.tls_ca.is_some() || target.tls_cert.is_some();
+        if files && tls == Some(false) {
+            return Err(bad("?tlsca=, ?tlscert= and ?tlskey= are for TLS, which ?tls=0 turns off"));
+        }
+        target.tls = tls.unwrap_or(false) || files;
+        Ok(target)
     }
-    if target.tls_cert.is_some() != target.tls_key.is_some() {
-        return Err(bad("?tlscert= and ?tlskey= go together"));
-    }
-    let files = target.tls_ca.is_some() || target.tls_cert.is_some();
-    if files && tls == Some(false) {
-        return Err(bad("?tlsca=, ?tlscert= and ?tlskey= are for TLS, which ?tls=0 turns off"));
-    }
-    target.tls = tls.unwrap_or(false) || files;
-    Ok(target)
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

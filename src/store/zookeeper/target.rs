@@ -25,14 +25,6 @@ pub struct Target {
     pub(super) tls: Option<TlsFiles>,
 }
 
-impl Target {
-    /// Parse a `zk://` or `zookeeper://` URL; the error is a bare reason, naming the part, and
-    /// never the password.
-    pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        parse_url(url)
-    }
-}
-
 /// Shown as messages show the store: never the password.
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -40,52 +32,56 @@ impl std::fmt::Debug for Target {
     }
 }
 
-fn parse_url(url: &str) -> std::result::Result<Target, String> {
-    let shown = redact(url);
-    let bad = |why: &str| why.to_string();
-    let expected = "expected zk://[user:pass@]host:2181[,host2:2181][/path]";
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(expected))?;
-    if !scheme.eq_ignore_ascii_case("zk") && !scheme.eq_ignore_ascii_case("zookeeper") {
-        return Err(bad(expected));
-    }
-    let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
-    let (mut tls, mut files, mut seen) = (false, TlsFiles::default(), Vec::new());
-    for (key, value) in &url.params {
-        // `zookeeper.client.secure` is the Java client's name for it.
-        let is_tls = matches!(key.as_str(), "tls" | "secure" | "zookeeper.client.secure");
-        let name = if is_tls { "tls" } else { key.as_str() };
-        if seen.contains(&name) {
-            return Err(format!("?{key}= is given twice"));
+impl Target {
+    /// Parse a `zk://` or `zookeeper://` URL; the error is a bare reason, naming the part, and
+    /// never the password.
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        let shown = redact(url);
+        let bad = |why: &str| why.to_string();
+        let expected = "expected zk://[user:pass@]host:2181[,host2:2181][/path]";
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(expected))?;
+        if !scheme.eq_ignore_ascii_case("zk") && !scheme.eq_ignore_ascii_case("zookeeper") {
+            return Err(bad(expected));
         }
-        seen.push(name);
-        if is_tls {
-            tls = switch(key, value)?;
-        } else if !files.take(key, value) {
-            return Err(format!(
-                "unknown parameter ?{key}= (known: tls or zookeeper.client.secure, cacert, cert, key)"
-            ));
-        } else if value.is_empty() {
-            return Err(format!("?{key}= needs a file"));
+        let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
+        let (mut tls, mut files, mut seen) = (false, TlsFiles::default(), Vec::new());
+        for (key, value) in &url.params {
+            // `zookeeper.client.secure` is the Java client's name for it.
+            let is_tls = matches!(key.as_str(), "tls" | "secure" | "zookeeper.client.secure");
+            let name = if is_tls { "tls" } else { key.as_str() };
+            if seen.contains(&name) {
+                return Err(format!("?{key}= is given twice"));
+            }
+            seen.push(name);
+            if is_tls {
+                tls = switch(key, value)?;
+            } else if !files.take(key, value) {
+                return Err(format!(
+                    "unknown parameter ?{key}= (known: tls or zookeeper.client.secure, cacert, cert, key)"
+                ));
+            } else if value.is_empty() {
+                return Err(format!("?{key}= needs a file"));
+            }
         }
-    }
-    files.check(tls, "?tls=1, for the server's secureClientPort").map_err(|why| bad(&why))?;
-    if tls && files.cacert.is_none() {
-        return Err(bad("TLS needs the CA of the server's certificate: ?tls=1&cacert=FILE"));
-    }
-    let root = if url.path.is_empty() { DEFAULT_ROOT.to_string() } else { format!("/{}", url.path) };
-    for segment in root[1..].split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." || segment.chars().any(refused_by_zookeeper) {
-            return Err(bad(&format!("{root:?} is not a ZooKeeper path")));
+        files.check(tls, "?tls=1, for the server's secureClientPort").map_err(|why| bad(&why))?;
+        if tls && files.cacert.is_none() {
+            return Err(bad("TLS needs the CA of the server's certificate: ?tls=1&cacert=FILE"));
         }
+        let root = if url.path.is_empty() { DEFAULT_ROOT.to_string() } else { format!("/{}", url.path) };
+        for segment in root[1..].split('/') {
+            if segment.is_empty() || segment == "." || segment == ".." || segment.chars().any(refused_by_zookeeper) {
+                return Err(bad(&format!("{root:?} is not a ZooKeeper path")));
+            }
+        }
+        if root == "/zookeeper" || root.starts_with("/zookeeper/") {
+            return Err(bad("/zookeeper is ZooKeeper's own subtree; choose another path"));
+        }
+        if url.userinfo.as_ref().is_some_and(|(user, _)| user.is_empty()) {
+            return Err(bad("user:pass@ names no user"));
+        }
+        let user = url.userinfo.map(|(user, pass)| (user, pass.unwrap_or_default()));
+        Ok(Target { shown, hosts: url.hosts.join(","), user, root, tls: tls.then_some(files) })
     }
-    if root == "/zookeeper" || root.starts_with("/zookeeper/") {
-        return Err(bad("/zookeeper is ZooKeeper's own subtree; choose another path"));
-    }
-    if url.userinfo.as_ref().is_some_and(|(user, _)| user.is_empty()) {
-        return Err(bad("user:pass@ names no user"));
-    }
-    let user = url.userinfo.map(|(user, pass)| (user, pass.unwrap_or_default()));
-    Ok(Target { shown, hosts: url.hosts.join(","), user, root, tls: tls.then_some(files) })
 }
 
 /// The client's TLS settings from the URL's PEM files: the CA, and a client certificate.
