@@ -294,6 +294,7 @@ impl Elector {
             }
         };
         payload.finish().await;
+        term.exited_at(self.now());
         let lease = term.lease.clone();
         let (keep, outcome) = term.outcome(exit);
         self.release(&lease, keep).await;
@@ -442,6 +443,17 @@ impl Term {
                     self.next_renew = now;
                 }
             }
+        }
+    }
+
+    /// The payload ended at `now`. Past the stop time its lease could no longer be
+    /// trusted, whoever ended it: the watchdog keeps the same stop time on its own clock
+    /// and often signals the group a moment before this wrapper's timer fires, so the
+    /// exit arrives first. That run still lost its lease, and says so (exit 75).
+    fn exited_at(&mut self, now: Duration) {
+        if self.stopping.is_none() && now >= self.timing.stop_at(self.deadline) {
+            tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the child ended after the lease could no longer be renewed in time");
+            self.stopping = Some(Stopping::Expiring);
         }
     }
 

@@ -283,6 +283,18 @@ async fn a_child_that_obeys_the_stop_signal_is_not_killed() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_child_ended_at_the_stop_time_by_someone_else_is_still_a_lost_lease() {
+    let mut s = setup();
+    s.store.set_renew(Behaviour::Fail);
+    // The watchdog's signal ends the child at the stop time, before the elector's own
+    // timer for that instant has been looked at.
+    let mut child = s.recorder(Some(safe() - secs(1.0)), false);
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::LeaseLost { .. }), "{outcome:?}");
+    assert!(child.signals().is_empty(), "the elector had not signalled yet: {:?}", child.events());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_renewal_that_recovers_in_time_keeps_the_child_running() {
     let mut s = setup();
     s.store.set_renew(Behaviour::Fail);
