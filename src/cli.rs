@@ -72,6 +72,10 @@ those stores). A renewal that times out, fails or is ambiguous never moves it; o
 the time left before the stop signal gets a second request beside it. The child's process \
 group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
 lease is someone else's, --signal goes at once.",
+    "On a store with no server-side expiry (Kubernetes Leases) a standby takes a held lease only after it \
+has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl, as the \
+record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
+most that long (or --timeout): a change means its holder is alive, and the run gives up.",
     "An acquire whose answer never came (a timeout, a signal) may still have been granted: leaderrun \
 gives such a lease back, found by its own identity (with a chosen --identity, which another run may \
 share, it is left to expire). A process in uninterruptible sleep (D state, e.g. on a hung NFS mount) \
