@@ -28,6 +28,9 @@ pub enum StoreSpec {
     /// A ZooKeeper ensemble (`zk://host:2181[,host2:2181...][/path]`).
     #[cfg(feature = "zookeeper")]
     ZooKeeper(super::zookeeper::Target),
+    /// An S3 bucket (`s3://BUCKET[/PREFIX]`), or an S3-compatible server's.
+    #[cfg(feature = "s3")]
+    S3(super::s3::Target),
 }
 
 /// Debug output shows the store as messages do: never a password.
@@ -60,6 +63,9 @@ impl StoreSpec {
             StoreSpec::Nats(_) => true,
             #[cfg(feature = "zookeeper")]
             StoreSpec::ZooKeeper(_) => false,
+            // Client-timed: no lease is judged on any server's clock.
+            #[cfg(feature = "s3")]
+            StoreSpec::S3(_) => false,
         }
     }
 }
@@ -89,11 +95,25 @@ pub const SCHEMES: &[&str] = &[
     "zk",
     #[cfg(feature = "zookeeper")]
     "zookeeper",
+    #[cfg(feature = "s3")]
+    "s3",
 ];
 
 /// Every scheme any build knows, to tell "not in this build" from "no such store".
-const ALL_SCHEMES: &[&str] =
-    &["postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd", "etcds", "nats", "zk", "zookeeper"];
+const ALL_SCHEMES: &[&str] = &[
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "redis",
+    "rediss",
+    "etcd",
+    "etcds",
+    "nats",
+    "zk",
+    "zookeeper",
+    "s3",
+];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
 pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
@@ -104,7 +124,7 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
     let Some((scheme, rest)) = url.split_once(':') else {
         return Err(format!("--store {shown:?} is not a URL (expected e.g. sqlite:///path/to/file.db)"));
     };
-    let parsed = match scheme.to_ascii_lowercase().as_str() {
+    let parsed: Result<StoreSpec, String> = match scheme.to_ascii_lowercase().as_str() {
         "sqlite" => {
             // sqlite:///abs/path, sqlite://rel/path and sqlite:path all name a file.
             let path = rest.strip_prefix("//").unwrap_or(rest);
@@ -129,6 +149,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         "nats" => super::nats::Target::parse(url).map(StoreSpec::Nats),
         #[cfg(feature = "zookeeper")]
         "zk" | "zookeeper" => super::zookeeper::Target::parse(url).map(StoreSpec::ZooKeeper),
+        #[cfg(feature = "s3")]
+        "s3" => super::s3::Target::parse(url).map(StoreSpec::S3),
         other if ALL_SCHEMES.contains(&other) => {
             return Err(format!("--store: this build of leaderrun has no {other}:// store (its cargo feature is off)"))
         }
@@ -193,6 +215,8 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::Nats(target) => Ok(Box::new(super::nats::NatsStore::open(target, access).await?)),
         #[cfg(feature = "zookeeper")]
         StoreSpec::ZooKeeper(target) => Ok(Box::new(super::zookeeper::ZooKeeperStore::open(target, access).await?)),
+        #[cfg(feature = "s3")]
+        StoreSpec::S3(target) => super::s3::open(target, access).await,
     }
 }
 
@@ -206,7 +230,8 @@ fn choose_crypto_provider() {
         feature = "redis",
         feature = "etcd",
         feature = "nats",
-        feature = "zookeeper"
+        feature = "zookeeper",
+        feature = "s3"
     ))]
     {
         // Already chosen (a second open in the same process): fine.
@@ -244,6 +269,8 @@ pub fn describe(spec: &StoreSpec) -> String {
         StoreSpec::Nats(target) => target.shown.clone(),
         #[cfg(feature = "zookeeper")]
         StoreSpec::ZooKeeper(target) => target.shown.clone(),
+        #[cfg(feature = "s3")]
+        StoreSpec::S3(target) => target.shown.clone(),
     }
 }
 
