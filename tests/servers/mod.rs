@@ -5,6 +5,7 @@
 
 pub mod etcd;
 pub mod mariadb;
+pub mod moto;
 pub mod nats;
 pub mod postgres;
 pub mod process;

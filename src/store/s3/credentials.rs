@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
-use aws_config::BehaviorVersion;
+use aws_config::{BehaviorVersion, ConfigLoader};
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 
@@ -29,19 +29,19 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// With no region configured anywhere: the CLI's choice for S3.
 const FALLBACK_REGION: &str = "us-east-1";
 
-/// The S3 client for `target`.
-pub async fn client(target: &Target) -> aws_sdk_s3::Client {
+/// The S3 client for `target`; `configure` may override what the loader finds (an
+/// embedding program's own credentials or endpoint).
+pub async fn client(target: &Target, configure: impl FnOnce(ConfigLoader) -> ConfigLoader) -> aws_sdk_s3::Client {
     let https = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
     let timeouts =
         TimeoutConfig::builder().connect_timeout(CONNECT_TIMEOUT).operation_attempt_timeout(ATTEMPT_TIMEOUT).build();
-    let shared = aws_config::defaults(BehaviorVersion::latest())
+    let loader = aws_config::defaults(BehaviorVersion::latest())
         .http_client(https)
         .timeout_config(timeouts)
         // One retry: the elector retries on its own schedule, and a renewal must not spend
         // its lease in the SDK's backoff.
-        .retry_config(RetryConfig::standard().with_max_attempts(2))
-        .load()
-        .await;
+        .retry_config(RetryConfig::standard().with_max_attempts(2));
+    let shared = configure(loader).load().await;
     let endpoint_given = shared.endpoint_url().is_some() || std::env::var_os("AWS_ENDPOINT_URL_S3").is_some();
     let mut config = aws_sdk_s3::config::Builder::from(&shared)
         .force_path_style(target.path_style.unwrap_or(endpoint_given))

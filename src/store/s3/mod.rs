@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+pub use aws_config::ConfigLoader;
 use aws_sdk_s3::primitives::ByteStream;
 use rand::Rng;
 
@@ -57,7 +58,17 @@ const PAGE: i32 = 1000;
 
 /// The S3 store for `target`: the client-timed core over this bucket's objects.
 pub async fn open(target: &Target, access: Access) -> Result<Box<dyn Store>> {
-    let records = S3Records::open(target, access).await?;
+    open_with(target, access, |loader| loader).await
+}
+
+/// `open`, with `configure` overriding what the AWS SDK's loader finds (for a program that
+/// embeds leaderrun with credentials or an endpoint of its own, and for tests).
+pub async fn open_with(
+    target: &Target,
+    access: Access,
+    configure: impl FnOnce(ConfigLoader) -> ConfigLoader,
+) -> Result<Box<dyn Store>> {
+    let records = S3Records::open_with(target, access, configure).await?;
     Ok(client_timed(Arc::new(records)))
 }
 
@@ -82,8 +93,12 @@ fn parse_version(version: &Version) -> (u64, &str) {
 impl S3Records {
     /// A client of `target`'s bucket; a run (`Access::Create`) first checks that the server
     /// honours conditional writes.
-    pub async fn open(target: &Target, access: Access) -> Result<Self> {
-        let client = credentials::client(target).await;
+    pub async fn open_with(
+        target: &Target,
+        access: Access,
+        configure: impl FnOnce(ConfigLoader) -> ConfigLoader,
+    ) -> Result<Self> {
+        let client = credentials::client(target, configure).await;
         let records = Self { client, bucket: target.bucket.clone(), prefix: target.prefix.clone() };
         if access == Access::Create {
             probe::check_conditional_writes(&records.client, &records.bucket, &records.prefix).await?;
