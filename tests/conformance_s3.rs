@@ -108,7 +108,11 @@ async fn a_create_over_an_object_and_a_stale_replace_are_refused() {
     assert_eq!(a.read(&lock).await.unwrap().found.unwrap().record.holder, "b");
     // Deleted behind everyone's back: a replace finds nothing to replace.
     sdk(&server).await.delete_object().bucket(BUCKET).key(format!("leaderrun/{lock}")).send().await.unwrap();
-    assert_eq!(b.replace(&lock, &record("b", 4), &third).await.unwrap(), Written::Moved, "If-Match on a deleted object");
+    assert_eq!(
+        b.replace(&lock, &record("b", 4), &third).await.unwrap(),
+        Written::Moved,
+        "If-Match on a deleted object"
+    );
     assert!(a.read(&lock).await.unwrap().found.is_none());
 }
 
@@ -215,9 +219,8 @@ async fn refusals_name_the_bucket_and_operation_in_one_line_without_the_secret()
         .err()
         .expect("a wrong secret is refused");
     check(err, "PutObject", &wrong);
-    let looker = open_with(&target, Access::Existing, configured(server.endpoint(), (id.clone(), wrong.clone())))
-        .await
-        .unwrap();
+    let looker =
+        open_with(&target, Access::Existing, configured(server.endpoint(), (id.clone(), wrong.clone()))).await.unwrap();
     check(looker.status(&lock).await.unwrap_err(), "GetObject", &wrong);
     // A session token never shows either.
     let token = "FwoGZXIvYXdzEXAMPLESESSIONTOKEN";
@@ -278,7 +281,8 @@ async fn a_server_that_ignores_preconditions_is_refused_at_open() {
                     if reader.read_exact(&mut body).is_err() {
                         return;
                     }
-                    let reply = "HTTP/1.1 200 OK\r\nETag: \"0123456789abcdef0123456789abcdef\"\r\nContent-Length: 0\r\n\r\n";
+                    let reply =
+                        "HTTP/1.1 200 OK\r\nETag: \"0123456789abcdef0123456789abcdef\"\r\nContent-Length: 0\r\n\r\n";
                     if stream.write_all(reply.as_bytes()).is_err() {
                         return;
                     }

@@ -3,9 +3,12 @@
 //!
 //! moto keeps everything in memory, so a restart would lose every object. It can record
 //! the requests it serves and replay them (`MOTO_ENABLE_RECORDING`, the recorder API under
-//! `/moto-api/recorder/`): `start_again` starts a fresh server on the same port and replays
-//! the recording into it, which rebuilds every object with the same body, so the same ETag
-//! (the body's MD5). That is how the restart tests still run. Replay is in file order, which
+//! `/moto-api/recorder/`): `start_again` starts a fresh server and replays the recording
+//! into it, which rebuilds every object with the same body, so the same ETag (the body's
+//! MD5). That is how the restart tests still run. Clients reach moto through a small TCP
+//! gate on the public port, closed while the server is down and opened only once the
+//! replay is done: a client must never see the empty server in between (it would take its
+//! lease for deleted). Replay is in file order, which
 //! is the order requests arrived: writes that raced on one key could replay in another order,
 //! which no restart test does.
 //!
@@ -17,10 +20,11 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::process::{start_on_free_ports, ServerProcess};
@@ -32,7 +36,11 @@ const ANY_KEY: (&str, &str) = ("AKIAMOTOTESTKEY", "moto-test-secret");
 
 pub struct Moto {
     dir: tempfile::TempDir,
+    /// The public port (the gate's).
     port: AtomicU16,
+    /// moto's own port, behind the gate.
+    inner_port: AtomicU16,
+    gate: Gate,
     server: ServerProcess,
     /// The access key id and secret clients sign with.
     key: (String, String),
@@ -103,8 +111,19 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
 
     fn start_process(iam: bool, key: (String, String)) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-moto-").tempdir().expect("create a temp dir");
-        let moto = Self { dir, port: AtomicU16::new(0), server: ServerProcess::default(), key, iam };
-        start_on_free_ports("moto_server", || moto.port.store(super::free_port(), Ordering::SeqCst), || moto.try_start());
+        let (port, inner_port) = (AtomicU16::new(0), AtomicU16::new(0));
+        let moto = Self { dir, port, inner_port, gate: Gate::default(), server: ServerProcess::default(), key, iam };
+        let pick_ports = || {
+            moto.port.store(super::free_port(), Ordering::SeqCst);
+            moto.inner_port.store(super::free_port(), Ordering::SeqCst);
+        };
+        start_on_free_ports("moto_server", pick_ports, || {
+            moto.try_start()?;
+            moto.gate.open(moto.port(), moto.inner_port.load(Ordering::SeqCst)).map_err(|e| {
+                moto.server.stop();
+                format!("cannot listen on the public port: {e}")
+            })
+        });
         moto
     }
 
@@ -142,8 +161,10 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
         self.port.load(Ordering::SeqCst)
     }
 
-    /// Stop the server (its objects live on only in the recording).
+    /// Stop the server (its objects live on only in the recording); its port refuses
+    /// connections, and open ones are cut.
     pub fn stop(&self) {
+        self.gate.close();
         self.server.stop()
     }
 
@@ -153,16 +174,21 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
         if let Err(why) = self.try_start() {
             panic!("moto_server does not start again: {why}");
         }
+        // Sent to moto's own port, the replay goes there too.
         let (status, body) =
             self.request("POST", "/moto-api/recorder/replay-recording", "").expect("replay the recording");
         assert_eq!(status, 200, "replay: {body}");
+        let inner = self.inner_port.load(Ordering::SeqCst);
+        self.gate.open(self.port(), inner).unwrap_or_else(|e| panic!("cannot listen on the public port again: {e}"));
     }
 
-    /// One unsigned HTTP/1.0 request; the status and body.
+    /// One unsigned HTTP/1.0 request to moto's own port; the status and body.
     fn request(&self, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port())).ok()?;
+        let port = self.inner_port.load(Ordering::SeqCst);
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
-        let head = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\n\r\n", self.port(), body.len());
+        let head =
+            format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\n\r\n", body.len());
         stream.write_all(head.as_bytes()).ok()?;
         stream.write_all(body.as_bytes()).ok()?;
         let mut reply = String::new();
@@ -178,7 +204,7 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
             .open(self.dir.path().join("log"))
             .map_err(|e| format!("cannot create the log: {e}"))?;
         let mut cmd = Command::new(binary());
-        cmd.args(["-H", "127.0.0.1", "-p", &self.port().to_string()])
+        cmd.args(["-H", "127.0.0.1", "-p", &self.inner_port.load(Ordering::SeqCst).to_string()])
             .env("MOTO_ENABLE_RECORDING", "1")
             .env("MOTO_RECORDER_FILEPATH", self.dir.path().join("recording"))
             .current_dir(self.dir.path())
@@ -212,5 +238,58 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
         let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(10).collect();
         format!("{tail:#?}")
+    }
+}
+
+/// A TCP gate: while open, every connection to the public port is passed on to moto's port.
+#[derive(Default)]
+struct Gate {
+    /// Set to close: the accepting thread sees it and drops the listener (one per opening).
+    closing: Mutex<Arc<AtomicBool>>,
+    accepting: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Both ends of every connection passed on, to cut them when closing.
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Gate {
+    fn open(&self, public: u16, inner: u16) -> std::io::Result<()> {
+        let listener = TcpListener::bind(("127.0.0.1", public))?;
+        listener.set_nonblocking(true)?;
+        let closing = Arc::new(AtomicBool::new(false));
+        let (stop, streams) = (closing.clone(), self.streams.clone());
+        let accepting = std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", inner)) else { continue };
+                let _ = client.set_nonblocking(false);
+                let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Write);
+                    });
+                };
+                if let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) {
+                    streams.lock().unwrap().extend([c2, s2]);
+                    pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                    pipe(server, client);
+                }
+            }
+        });
+        *self.closing.lock().unwrap() = closing;
+        *self.accepting.lock().unwrap() = Some(accepting);
+        Ok(())
+    }
+
+    fn close(&self) {
+        self.closing.lock().unwrap().store(true, Ordering::SeqCst);
+        if let Some(accepting) = self.accepting.lock().unwrap().take() {
+            let _ = accepting.join();
+        }
+        for stream in self.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
     }
 }
