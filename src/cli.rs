@@ -158,6 +158,18 @@ pub const STORES: &[(&str, &str)] = &[
          secureClientPort), and a client certificate from &cert=FILE&key=FILE.",
     ),
     (
+        "s3://BUCKET[/PREFIX][?path-style=1]",
+        "One object per lock under PREFIX (default leaderrun/), its key the lock name with %, / and a leading . \
+         percent-encoded; its body a small JSON record. Writes are PutObject with If-None-Match: * (create) and \
+         If-Match: ETAG (replace), so the server must honour conditional writes (AWS S3 does since 2024; a run \
+         checks and refuses a server that ignores them). Credentials, region and endpoint as the AWS CLI finds \
+         them (AWS_* variables, AWS_PROFILE and ~/.aws, web identity, ECS, instance metadata); path-style \
+         addressing when an endpoint is set. S3 ends no lease: a standby takes a lock whose object it has seen \
+         unchanged for ttl x 1.02 + 100 ms, a waiting standby asks about once a second, and deleting the object \
+         frees the lock at once. Fencing tokens follow the server's Date (seconds x 1,000,000), so they outlive a \
+         deleted object. A 403 exits 69.",
+    ),
+    (
         "grants",
         "PostgreSQL and MySQL need SELECT, INSERT and UPDATE on the table; CREATE only if leaderrun is to create \
          the table on first use (else run the SQL of leaderrun init --print-sql beforehand). A table made by an \

@@ -507,6 +507,8 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         ("etcd parameter", "etcd://u:hunter2@127.0.0.1:1?cacrt=/ca.pem", vec!["?cacrt="]),
         ("nats bad value", "nats://u:hunter2@127.0.0.1:1?replicas=0", vec!["replicas"]),
         ("zookeeper parameter", "zk://u:hunter2@127.0.0.1:1/x?bogus=1", vec!["?bogus="]),
+        ("s3 parameter", "s3://bucket/x?bogus=1", vec!["?bogus="]),
+        ("s3 credentials in the URL", "s3://AKIAEXAMPLE:hunter2@bucket", vec!["AWS_ACCESS_KEY_ID"]),
     ];
     // A store left out of this build is refused as such, with the same status.
     let compiled = |url: &str| match url.split(':').next() {
@@ -516,6 +518,7 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         Some("etcd") => cfg!(feature = "etcd"),
         Some("nats") => cfg!(feature = "nats"),
         Some("zk") => cfg!(feature = "zookeeper"),
+        Some("s3") => cfg!(feature = "s3"),
         _ => true,
     };
     let cases: Vec<_> = cases

@@ -1,12 +1,14 @@
 //! Does this server honour conditional writes? A server that ignored `If-None-Match: *` or
 //! `If-Match` would let two hosts both "win" a lock, silently. So a run (not `status` or
-//! `list`) asks once, on an object of its own (`PREFIX.conditional-write-probe`, which no
-//! lock's key can be: lock keys never start with a `.`):
+//! `list`) asks first, on objects of its own (lock keys never start with a `.`):
 //!
-//! 1. PutObject with `If-Match` of an ETag no body has: must be refused (412, or 404 while
-//!    the probe object does not exist yet). A 200 means the server ignores If-Match.
-//! 2. PutObject with `If-None-Match: *`: 412 once the probe object exists. The first time
-//!    ever it is created (200) and asked again, which must then be 412.
+//! 1. PutObject of `PREFIX.conditional-write-probe-RANDOM` (a key that does not exist) with
+//!    `If-Match` of an ETag no body has: must be refused (404, or 412). A 200 means the server
+//!    ignores If-Match, at least on a missing key (MinIO did until 2025, minio/minio#21526);
+//!    the object it wrote is deleted again.
+//! 2. PutObject of `PREFIX.conditional-write-probe` with `If-None-Match: *`: 412 once that
+//!    object exists. The first time ever it is created (200) and asked again, which must
+//!    then be 412.
 //!
 //! Two small refused writes per run (three the first time); a server that fails either
 //! check is refused at open, in one line. A server that rejects the headers outright
@@ -66,7 +68,9 @@ pub async fn check_conditional_writes(client: &aws_sdk_s3::Client, bucket: &str,
              both take a lock: leaderrun needs an S3 server that honours conditional writes"
         ))
     };
-    if let Answer::Written = put(client, bucket, &key, Condition::IfMatch).await? {
+    let absent = format!("{key}-{:016x}", rand::random::<u64>());
+    if let Answer::Written = put(client, bucket, &absent, Condition::IfMatch).await? {
+        let _ = client.delete_object().bucket(bucket).key(&absent).send().await;
         return Err(ignores("If-Match"));
     }
     if let Answer::Written = put(client, bucket, &key, Condition::IfNoneMatch).await? {
