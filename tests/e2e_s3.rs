@@ -133,3 +133,44 @@ fn a_bad_url_exits_2_before_connecting() {
         assert!(err.contains(needle) && !err.contains("Sekr1tKey") && err.lines().count() == 1, "{url}: {err:?}");
     }
 }
+
+#[test]
+fn no_credentials_anywhere_exits_69_in_one_line() {
+    let (moto, sb) = (Moto::start(), Sandbox::new());
+    // No ~/.aws in the sandbox, no AWS_* variable but the endpoint; no instance metadata.
+    let mut cmd = sb.at(&moto.url(), &["--lock", "nocreds", "--wait", "--", "sh", "-c", r#"touch "$D/ran""#]);
+    cmd.env("AWS_ENDPOINT_URL", moto.endpoint()).env("AWS_REGION", REGION).env("AWS_EC2_METADATA_DISABLED", "true");
+    let out = sb.output(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "refused, even with --wait: {err:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("no credentials") && err.contains("AWS_ACCESS_KEY_ID"), "{err:?}");
+    assert!(!sb.exists("ran"));
+}
+
+/// AWS_PROFILE picks a profile of ~/.aws/config and ~/.aws/credentials, as for the CLI.
+#[test]
+fn a_named_profile_is_used() {
+    let (moto, sb) = s3();
+    let dir = sb.file("home/.aws");
+    let config = format!(
+        "[default]\nregion = {REGION}\n[profile locks]\nregion = {REGION}\nendpoint_url = {}\n",
+        moto.endpoint()
+    );
+    fs::write(dir.join("config"), config).unwrap();
+    let credentials =
+        format!("[locks]\naws_access_key_id = {}\naws_secret_access_key = {}\n", moto.key().0, moto.key().1);
+    fs::write(dir.join("credentials"), credentials).unwrap();
+    let job = ["--lock", "profile", "--", "sh", "-c", r#"touch "$D/ran""#];
+    // Without it, the default profile has no keys (and there is no instance metadata): refused.
+    let mut cmd = sb.at(&moto.url(), &job);
+    cmd.env("AWS_EC2_METADATA_DISABLED", "true");
+    let out = sb.output(cmd);
+    assert_eq!(out.status.code(), Some(69), "stderr {:?}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("no credentials"), "stderr {:?}", stderr_of(&out));
+    let mut cmd = sb.at(&moto.url(), &job);
+    cmd.env("AWS_PROFILE", "locks").env("AWS_EC2_METADATA_DISABLED", "true");
+    let out = sb.output(cmd);
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert!(sb.exists("ran"));
+}

@@ -85,14 +85,27 @@ fn one_line(err: &dyn std::error::Error) -> String {
         }
         source = inner.source();
     }
-    text.replace(['\n', '\r'], " ")
+    // One line, without the runs of blanks the SDK indents its lists with.
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Whether a request failed for want of credentials (the SDK's words for it).
+/// Whether a request failed for want of usable credentials (the SDK's words for it): none
+/// anywhere in the chain, a profile that does not work, an instance metadata service or STS
+/// that says no. Retrying cannot help. (A metadata service or STS that does not answer is
+/// an outage, and is retried.)
 fn is_missing_credentials(text: &str) -> bool {
-    ["no credentials", "credentials provider was not enabled", "failed to load credentials", "ProfileFile"]
-        .iter()
-        .any(|needle| text.contains(needle))
+    [
+        "no credentials found",
+        "credential provider was not enabled",
+        "request forbidden",
+        "AccessDenied",
+        "InvalidIdentityToken",
+        "ExpiredToken",
+        "could not find source profile",
+        "ProfileFile",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
 }
 
 impl Failure {

@@ -5,10 +5,10 @@
 //! - read: GetObject (404: no record). The version is the object's ETag (with the body's
 //!   write counter, which the next write increments); the server's clock is the response's
 //!   `Date`, the token floor comes from it (`server_clock.rs`).
-//! - create: PutObject with `If-None-Match: *` (412: someone else created it first), then
-//!   HEAD until the server's clock is two seconds past the write, so that tokens outlive
-//!   a deleted object (`server_clock.rs`); an object that changed or vanished meanwhile is
-//!   a lost race.
+//! - create: PutObject with `If-None-Match: *` (412: someone else created it first); if the
+//!   server's clock still reads the second of the read that found no object, HEAD until it
+//!   does not (at most a second), so that tokens outlive a deleted object
+//!   (`server_clock.rs`); an object that changed or vanished meanwhile is a lost race.
 //! - replace: PutObject with `If-Match: ETAG` (412: it changed; 404: it was deleted).
 //! - list: ListObjectsV2 under the prefix, then GetObject of each lock's object.
 //! - changed: S3 cannot watch, so a waiter sends HeadObject about once a second (±50%)
@@ -32,8 +32,9 @@ mod probe;
 mod server_clock;
 mod target;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 pub use aws_config::ConfigLoader;
@@ -77,6 +78,9 @@ pub struct S3Records {
     client: aws_sdk_s3::Client,
     bucket: String,
     prefix: String,
+    /// When the server answered the latest read that found a lock's object absent: the
+    /// second a create's token floor came from.
+    absent_at: Mutex<HashMap<String, SystemTime>>,
 }
 
 /// A version as this store writes it: the ETag, and the body's write counter (which the
@@ -99,7 +103,8 @@ impl S3Records {
         configure: impl FnOnce(ConfigLoader) -> ConfigLoader,
     ) -> Result<Self> {
         let client = credentials::client(target, configure).await;
-        let records = Self { client, bucket: target.bucket.clone(), prefix: target.prefix.clone() };
+        let records =
+            Self { client, bucket: target.bucket.clone(), prefix: target.prefix.clone(), absent_at: Mutex::default() };
         if access == Access::Create {
             probe::check_conditional_writes(&records.client, &records.bucket, &records.prefix).await?;
         }
@@ -115,7 +120,7 @@ impl S3Records {
     }
 
     /// GetObject: the body and its version, or `None`; and the server's clock.
-    async fn get(&self, key: &str) -> Result<(Option<(Body, Version)>, Option<std::time::SystemTime>)> {
+    async fn get(&self, key: &str) -> Result<(Option<(Body, Version)>, Option<SystemTime>)> {
         let date = DateHeader::default();
         let sent = self.client.get_object().bucket(&self.bucket).key(key).customize().interceptor(date.clone()).send();
         let output = match sent.await {
@@ -143,7 +148,7 @@ impl S3Records {
     }
 
     /// HeadObject: the object's ETag (`None`: no object) and the server's clock.
-    async fn head(&self, key: &str) -> Result<(Option<String>, Option<std::time::SystemTime>)> {
+    async fn head(&self, key: &str) -> Result<(Option<String>, Option<SystemTime>)> {
         let date = DateHeader::default();
         let sent = self.client.head_object().bucket(&self.bucket).key(key).customize().interceptor(date.clone()).send();
         match sent.await {
@@ -164,7 +169,7 @@ impl S3Records {
         key: &str,
         body: &Body,
         if_match: Option<&str>,
-    ) -> Result<(Option<String>, Option<std::time::SystemTime>)> {
+    ) -> Result<(Option<String>, Option<SystemTime>)> {
         let date = DateHeader::default();
         let request = self
             .client
@@ -188,11 +193,17 @@ impl S3Records {
         }
     }
 
-    /// Wait until the server's clock has moved far enough past a create (see
-    /// `server_clock.rs`); false if the object changed or vanished meanwhile.
-    async fn settle_create(&self, key: &str, etag: &str, written: Option<std::time::SystemTime>) -> Result<bool> {
+    /// Wait until the server's clock has left the second of the read a create's token came
+    /// from (see `server_clock.rs`); false if the object changed or vanished meanwhile.
+    async fn settle_create(
+        &self,
+        key: &str,
+        etag: &str,
+        read: Option<SystemTime>,
+        written: Option<SystemTime>,
+    ) -> Result<bool> {
         let mut now = written;
-        while !create_is_settled(written, now) {
+        while !create_is_settled(read, now) {
             tokio::time::sleep(SETTLE_POLL).await;
             let (current, date) = self.head(key).await?;
             if current.as_deref() != Some(etag) {
@@ -210,6 +221,10 @@ impl Records for S3Records {
         let key = self.key(lock)?;
         let (found, server_time) = self.get(&key).await?;
         let floor = floor(server_time, found.is_some());
+        match (&found, server_time) {
+            (None, Some(at)) => self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).insert(lock.to_string(), at),
+            _ => self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(lock),
+        };
         let found = found.map(|(body, version)| Found { record: body.record(), version });
         Ok(Read { found, server_time, floor })
     }
@@ -217,8 +232,11 @@ impl Records for S3Records {
     async fn create(&self, lock: &str, record: &Record) -> Result<Written> {
         let key = self.key(lock)?;
         let body = Body::new(record, 1);
+        // The read whose floor the token came from; without one (no Date, or no read first),
+        // the write's own answer, a later second: the wait is then only the longer.
+        let read = self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(lock);
         let (Some(etag), written) = self.put(&key, &body, None).await? else { return Ok(Written::Moved) };
-        if !self.settle_create(&key, &etag, written).await? {
+        if !self.settle_create(&key, &etag, read.or(written), written).await? {
             return Ok(Written::Moved); // deleted, or taken over, before it counted
         }
         Ok(Written::Done(version(&etag, body.writes)))

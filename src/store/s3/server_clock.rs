@@ -5,18 +5,20 @@
 //! is gone. So tokens follow the server's clock as well as the chain: a lock's token is
 //! `max(previous token, floor) + 1`, where the floor is the whole seconds of the read's
 //! `Date` times 1,000,000, or the NEXT second's when the object is absent. No realistic
-//! acquisition rate outruns a million a second, so a token taken during second S is below
-//! (S + 2)·1,000,000; and a create (the only write that cannot see the previous token) both
-//! starts above every second before the one it read in, and is confirmed only once the
-//! server's clock reads two seconds past its own write (`create_is_settled`): by then no
-//! later read can come from the same second, or the one after, so the next create after a
-//! deletion starts above every token of this object's life. The cost: the first
-//! acquisition of a lock, and the first after its object was deleted, wait one to two
-//! seconds. This holds as long as the Date headers of the store's servers never go back
-//! by a second or more (a stepped-back server clock, or two servers more than a second
-//! apart, could repeat a token after a deletion; while the object lives, the chain alone
-//! keeps tokens increasing). A server that sends no Date gives floor 0: the chain only.
-//! Tokens are about 1.7·10^15 today: exact in JSON doubles (below 2^53) until the year 2255.
+//! acquisition rate outruns a million a second, so the chain restarts from each new second's
+//! floor and stays below the next second's. A create (the only write that cannot see the
+//! previous token) starts above every second up to the one it read in; the one danger is a
+//! second create read in that SAME second (after a deletion), which would repeat its token.
+//! So a create counts only once the server's clock has left the second of its read
+//! (`create_is_settled`): then every later read, and so every later create, comes from a
+//! later second and starts above every token of this object's life. The cost: the first
+//! acquisition of a lock, and the first after its object was deleted, wait for the rest of
+//! that second (nothing if it had already passed when the write was answered; half a second
+//! on average, at most one). This holds as long as the `Date` the bucket's servers send never
+//! goes back by a second (a stepped-back clock, or servers whose clocks straddle a second
+//! boundary, could repeat a token after a deletion; while the object lives, the chain alone
+//! keeps tokens increasing). A server that sends no `Date` gives floor 0: the chain only.
+//! Tokens are about 1.8·10^15 today: exact in JSON doubles (below 2^53) until the year 2255.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -29,8 +31,9 @@ use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
 /// Tokens per second of the server's clock.
 pub const TOKENS_PER_SECOND: u64 = 1_000_000;
 
-/// Seconds a create waits past its own write (on the server's clock) before it counts.
-pub const CREATE_SETTLES_AFTER: u64 = 2;
+/// A create counts once the server's clock is this many seconds past the start of the
+/// second its read was answered in.
+pub const CREATE_SETTLES_AFTER: u64 = 1;
 
 /// The floor for a read answered at `date`: every token taken before that read is below it,
 /// given the confirmation a create waits for.
@@ -42,11 +45,11 @@ pub fn floor(date: Option<SystemTime>, object_exists: bool) -> u64 {
     seconds.saturating_mul(TOKENS_PER_SECOND)
 }
 
-/// Whether the server's clock, read at `now`, is far enough past a create answered at
-/// `written` for the create to count.
-pub fn create_is_settled(written: Option<SystemTime>, now: Option<SystemTime>) -> bool {
-    match (written, now) {
-        (Some(written), Some(now)) => now >= whole_second(written) + Duration::from_secs(CREATE_SETTLES_AFTER),
+/// Whether the server's clock, read at `now`, has left the second of the read (answered at
+/// `read`) that a create's token came from, so that the create may count.
+pub fn create_is_settled(read: Option<SystemTime>, now: Option<SystemTime>) -> bool {
+    match (read, now) {
+        (Some(read), Some(now)) => now >= whole_second(read) + Duration::from_secs(CREATE_SETTLES_AFTER),
         _ => true, // no server clock: no floor to protect
     }
 }
@@ -125,9 +128,9 @@ mod tests {
             assert!(token > last, "step {step}: token {token} after {last}");
             (last, chain) = (token, Some(token));
             if created {
-                // The creator waits until the server's clock is two seconds on.
-                assert!(!create_is_settled(at(second, 500), at(second + 1, 999)));
-                assert!(create_is_settled(at(second, 500), at(second + 2, 0)));
+                // The creator waits until the server's clock has left the second of its read.
+                assert!(!create_is_settled(at(second, 500), at(second, 999)));
+                assert!(create_is_settled(at(second, 500), at(second + 1, 0)));
                 second += CREATE_SETTLES_AFTER;
             }
             match step % 7 {
