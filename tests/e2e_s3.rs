@@ -174,3 +174,25 @@ fn a_named_profile_is_used() {
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     assert!(sb.exists("ran"));
 }
+
+/// Not even -vvv (which lets the AWS SDK's own debug lines through) shows a secret key or
+/// a session token.
+#[test]
+fn debug_output_never_shows_the_secret_or_the_session_token() {
+    let (moto, sb) = (Moto::start(), Sandbox::new());
+    let mut cmd = sb.at(&moto.url(), &["-vvv", "--lock", "debug", "--", "true"]);
+    let (secret, token) = ("TopSecretKeyValue123", "SessionTokenValue456");
+    cmd.env("AWS_ENDPOINT_URL", moto.endpoint())
+        .env("AWS_REGION", REGION)
+        .env("AWS_ACCESS_KEY_ID", "AKIAVISIBLEID")
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env("AWS_SESSION_TOKEN", token)
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    let out = sb.output(cmd);
+    let (stdout, stderr) = (stdout_of(&out), stderr_of(&out));
+    assert_eq!(out.status.code(), Some(0), "stderr {stderr:?}");
+    assert!(stderr.lines().count() > 20, "-vvv shows the SDK's debug lines: {stderr:?}");
+    for shown in [&stdout, &stderr] {
+        assert!(!shown.contains(secret) && !shown.contains(token), "a credential leaked: {shown}");
+    }
+}
