@@ -383,6 +383,8 @@ pub struct RunArgs {
 
     /// With --wait: give up after this long, exit with --conflict-exit-code. It bounds the
     /// whole wait, reaching the store included (a store still unreachable then exits 69).
+    /// Without --wait it bounds how long a one-shot run watches a lease on a store with no
+    /// server-side expiry (Kubernetes) whose holder may have died: at most one ttl otherwise.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TIMEOUT")]
     pub timeout: Option<Duration>,
 

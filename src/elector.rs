@@ -33,12 +33,12 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// One-shot (cron) or campaign until elected (workers, CI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    OneShot,
+    /// Try once. On a store without server-side expiry, a lease whose holder may have died
+    /// is watched for up to one observation first, or until `until` (--timeout) if sooner.
+    OneShot { until: Option<Duration> },
     /// Campaign until elected, or until `until` on the elector's clock (--timeout counted
     /// from the start of the run: opening the store takes from the same wait).
-    Wait {
-        until: Option<Duration>,
-    },
+    Wait { until: Option<Duration> },
 }
 
 /// What to campaign for.
@@ -144,11 +144,10 @@ impl Elector {
     /// instant its acquire request was sent.
     async fn campaign(&mut self) -> Result<(Lease, Duration), Outcome> {
         let timing = self.timing();
-        let give_up = match self.election.mode {
-            Mode::Wait { until } => until,
-            _ => None,
+        let (give_up, one_shot) = match self.election.mode {
+            Mode::Wait { until } => (until, false),
+            Mode::OneShot { until } => (until, true),
         };
-        let one_shot = self.election.mode == Mode::OneShot;
         let mut backoff = timing.retry_every();
         // The token of a lease of this run's own that it gave back (once only: if the store did
         // not free it, it lapses at its expiry like any other lease).
@@ -167,6 +166,12 @@ impl Elector {
                     return Err(Outcome::Interrupted(signal));
                 }
             };
+            // A client-timed store's first sight of a held lease: taken if it stays unchanged
+            // for `decide_in` (a one-shot run watches that long; a change ends it).
+            let unproven = match &result {
+                Ok(Ok(Acquire::Unproven { decide_in, .. })) => Some(*decide_in),
+                _ => None,
+            };
             let failure = match result {
                 Ok(Ok(Acquire::Won(lease))) => {
                     if self.now() < timing.stop_at(timing.deadline_after(sent)) {
@@ -177,7 +182,7 @@ impl Elector {
                     self.release(&lease, Duration::ZERO).await;
                     StoreError::unavailable("the store answered too slowly to grant a usable lease")
                 }
-                Ok(Ok(Acquire::Held(record)))
+                Ok(Ok(Acquire::Held(record) | Acquire::Unproven { record, .. }))
                     if self.election.unique_identity
                         && record.holder.as_deref() == Some(&self.election.identity)
                         && ghost != Some(record.token) =>
@@ -189,12 +194,19 @@ impl Elector {
                     self.abandon().await;
                     continue;
                 }
-                Ok(Ok(Acquire::Held(record))) => {
-                    if one_shot {
+                Ok(Ok(Acquire::Held(record) | Acquire::Unproven { record, .. })) => {
+                    if one_shot && unproven.is_none() || give_up.is_some_and(|t| self.now() >= t) {
                         return Err(Outcome::Conflict(Some(record)));
                     }
-                    tracing::debug!(holder = record.holder.as_deref().unwrap_or("-"), "lock is held; waiting");
-                    let recheck = give_up.map_or(RECHECK, |t| t.saturating_sub(self.now()).min(RECHECK));
+                    let holder = record.holder.as_deref().unwrap_or("-");
+                    match unproven {
+                        Some(left) => {
+                            tracing::debug!(holder, ?left, "lock is held; watching whether its holder still renews")
+                        }
+                        None => tracing::debug!(holder, "lock is held; waiting"),
+                    }
+                    let recheck = unproven.map_or(RECHECK, |left| left.min(RECHECK));
+                    let recheck = give_up.map_or(recheck, |t| t.saturating_sub(self.now()).min(recheck));
                     let store = self.store.clone();
                     let lock = self.election.lock.clone();
                     tokio::select! {

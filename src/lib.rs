@@ -18,3 +18,8 @@ pub mod payload;
 pub mod run;
 pub mod store;
 pub mod timing;
+
+// Lets the conformance suite in tests/, written against `leaderrun::store`, also run
+// inside the crate against the in-memory stores on tokio's paused clock.
+#[cfg(test)]
+extern crate self as leaderrun;

@@ -95,9 +95,6 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
     };
     let timing = requested.timing().map_err(|e| usage(e.to_string()))?;
     validate_timeout(args.timeout).map_err(|e| usage(e.to_string()))?;
-    if args.timeout.is_some() && !args.wait {
-        return Err(usage("--timeout only applies with --wait (one-shot mode never waits)".into()));
-    }
     let (identity, unique_identity) = match args.identity {
         Some(identity) => {
             if identity.trim().is_empty() || identity.chars().any(char::is_control) || identity.chars().count() > 255 {
@@ -108,7 +105,8 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         None => (default_identity(), true),
     };
     let command = CommandSpec::resolve(program, words.collect()).map_err(|e| fail(e.status(), e))?;
-    let mode = if args.wait { Mode::Wait { until: args.timeout.map(|t| started + t) } } else { Mode::OneShot };
+    let until = args.timeout.map(|t| started + t);
+    let mode = if args.wait { Mode::Wait { until } } else { Mode::OneShot { until } };
     Ok(Plan {
         election: Election { lock, identity, unique_identity, timing, mode, stop: args.signal },
         requested,

@@ -65,7 +65,7 @@ async fn fifty_clients_create_the_table_together() {
     for task in tasks {
         match task.await.unwrap().expect("no client may fail while the table is created") {
             Acquire::Won(_) => winners += 1,
-            Acquire::Held(record) => assert!(record.is_held()),
+            Acquire::Held(record) | Acquire::Unproven { record, .. } => assert!(record.is_held()),
         }
     }
     assert_eq!(winners, 1);

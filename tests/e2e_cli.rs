@@ -258,7 +258,7 @@ fn options_can_be_set_from_the_environment() {
     cmd.env("LEADERRUN_CONFLICT_EXIT_CODE", "5");
     let out = sb.output(cmd);
     assert_eq!(out.status.code(), Some(5), "stderr {:?}", stderr_of(&out));
-    // LEADERRUN_WAIT and LEADERRUN_TIMEOUT (a --timeout without --wait would be status 2).
+    // LEADERRUN_WAIT and LEADERRUN_TIMEOUT.
     let mut cmd = with_env(&["--lock", "e", "--", "sh", "-c", r#"touch "$D/ran""#]);
     cmd.env("LEADERRUN_CONFLICT_EXIT_CODE", "5").env("LEADERRUN_WAIT", "true").env("LEADERRUN_TIMEOUT", "300ms");
     let out = sb.output(cmd);
@@ -410,7 +410,6 @@ fn bad_input_is_refused_with_one_line_and_writes_nothing() {
         ("command not found by path", s(&["--lock", "b", "--", "./no/such/file"]), 127, vec!["./no/such/file"]),
         ("command not executable", s(&["--lock", "b", "--", &noexec]), 126, vec![&noexec]),
         ("command is a directory", s(&["--lock", "b", "--", &dir]), 126, vec![&dir]),
-        ("--timeout without --wait", with(&["--lock", "b", "--timeout", "5s"]), 2, vec!["--timeout", "--wait"]),
         ("-q with -v", with(&["--lock", "b", "-q", "-v"]), 2, vec!["--quiet", "--verbose"]),
         (
             "timing rule broken",

@@ -12,6 +12,8 @@ use tokio::sync::{mpsc, Notify};
 
 use super::*;
 use crate::clock::TokioClock;
+use crate::store::client_timed::memory::MemoryRecords;
+use crate::store::client_timed::{observation, ClientTimed, Record as ClientRecord};
 use crate::store::memory::{Behaviour, MemoryStore};
 
 const LOCK: &str = "job";
@@ -185,7 +187,7 @@ fn safe() -> Duration {
 async fn one_shot_runs_then_keeps_the_lease_for_min_hold() {
     let mut s = setup();
     let mut child = s.recorder(Some(secs(3.0)), true);
-    let outcome = s.elector("a", Mode::OneShot, secs(60.0)).run(&mut child).await;
+    let outcome = s.elector("a", Mode::OneShot { until: None }, secs(60.0)).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     assert_eq!(child.events()[0], Event::Start { at: Duration::ZERO, token: 1, deadline: safe() });
     // The lease stays taken until acquisition + min-hold, then lapses by itself.
@@ -197,7 +199,7 @@ async fn one_shot_conflict_runs_nothing() {
     let mut s = setup();
     s.store.steal(LOCK, "other", secs(10.0));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
     match outcome {
         Outcome::Conflict(Some(record)) => assert_eq!(record.holder.as_deref(), Some("other")),
         other => panic!("{other:?}"),
@@ -210,7 +212,7 @@ async fn one_shot_store_failure_is_reported_before_anything_runs() {
     let mut s = setup();
     s.store.set_acquire(Behaviour::Fail);
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert!(child.events().is_empty());
 }
@@ -405,7 +407,7 @@ async fn sigterm_is_relayed_then_escalated_and_the_lease_freed_at_once() {
         signals.send(Signal::SIGTERM).unwrap();
     });
     let mut child = s.recorder(None, false);
-    let outcome = s.elector("a", Mode::OneShot, secs(60.0)).run(&mut child).await;
+    let outcome = s.elector("a", Mode::OneShot { until: None }, secs(60.0)).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Signal(9))), "{outcome:?}");
     assert_eq!(child.signals(), vec![(secs(3.0), Signal::SIGTERM)]);
     assert_eq!(child.kills(), vec![secs(4.0)]);
@@ -529,7 +531,7 @@ async fn an_acquire_that_times_out_runs_nothing() {
     // Answered long after the request timeout: the outcome is unknown, so nothing runs.
     s.store.set_acquire(Behaviour::Late(secs(9.5)));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert_eq!(s.clock.now(), timing(Duration::ZERO).request_timeout());
     assert!(child.events().is_empty());
@@ -542,7 +544,7 @@ async fn a_ghost_lease_under_a_chosen_identity_is_left_to_expire() {
     let mut s = setup();
     s.store.set_acquire(Behaviour::Late(secs(9.5)));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("chosen-by-user", Mode::OneShot, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("chosen-by-user", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     // Another run may share a chosen identity: its lease must never be freed by this one.
     assert!(s.store.expiry(LOCK).is_some());
@@ -614,4 +616,80 @@ async fn a_slow_renewal_still_counts_while_a_second_one_is_tried() {
     // Each renewal's deadline is anchored at its own send time.
     let first = child.extends()[0];
     assert_eq!(first, (secs(5.5), secs(3.0) + timing.safe_lease()));
+}
+
+/// An elector on the client-timed core over in-memory records: a store with no
+/// server-side expiry, where only a record's changes show that its holder lives.
+fn client_timed_elector(s: &mut Setup, records: &Arc<MemoryRecords>, mode: Mode) -> Elector {
+    let wall: Arc<dyn Fn() -> std::time::SystemTime + Send + Sync> = Arc::new(std::time::SystemTime::now);
+    let store = Arc::new(ClientTimed::with_clocks(records.clone(), s.clock.clone(), wall));
+    let election = Election {
+        lock: LOCK.into(),
+        identity: "a".into(),
+        unique_identity: true,
+        timing: timing(Duration::ZERO),
+        mode,
+        stop: Signal::SIGTERM,
+    };
+    let receiver = s.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);
+    Elector::new(store, s.clock.clone(), election, receiver)
+}
+
+fn records() -> Arc<MemoryRecords> {
+    Arc::new(MemoryRecords::new(Arc::new(std::time::SystemTime::now)))
+}
+
+/// A record left by a holder that crashed: nobody will ever write it again.
+fn crashed_holder(records: &MemoryRecords) {
+    let record = ClientRecord { holder: "crashed".into(), ttl_seconds: 10, token: Some(7), ..ClientRecord::default() };
+    records.put(LOCK, record);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_run_takes_a_dead_holders_record_after_one_observation() {
+    let mut s = setup();
+    let records = records();
+    crashed_holder(&records);
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = client_timed_elector(&mut s, &records, Mode::OneShot { until: None }).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    match child.events()[0] {
+        Event::Start { at, token, .. } => {
+            assert_eq!(at, observation(10), "taken once the record went a whole observation unchanged");
+            assert!(token > 7, "token {token} after the crashed holder's 7");
+        }
+        ref other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_run_gives_up_at_the_first_sign_of_a_live_holder() {
+    let mut s = setup();
+    let records = records();
+    crashed_holder(&records);
+    let writer = records.clone();
+    tokio::spawn(async move {
+        // The holder renews 2 s in: alive.
+        tokio::time::sleep(secs(2.0)).await;
+        let renewed = ClientRecord { renewed: Some(std::time::SystemTime::now()), ..writer.get(LOCK).unwrap() };
+        writer.put(LOCK, renewed);
+    });
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = client_timed_elector(&mut s, &records, Mode::OneShot { until: None }).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{outcome:?}");
+    assert!(child.events().is_empty());
+    assert_eq!(s.clock.now(), secs(2.0), "it gave up when it saw the renewal, not later");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_run_watches_no_longer_than_its_timeout() {
+    let mut s = setup();
+    let records = records();
+    crashed_holder(&records);
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome =
+        client_timed_elector(&mut s, &records, Mode::OneShot { until: Some(secs(4.0)) }).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{outcome:?}");
+    assert!(child.events().is_empty());
+    assert_eq!(s.clock.now(), secs(4.0));
 }

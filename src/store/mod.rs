@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+pub mod client_timed;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(test)]
@@ -72,6 +73,13 @@ pub enum Acquire {
     Won(Lease),
     /// Someone else holds it (this record says who).
     Held(LockRecord),
+    /// A client-timed store's first sight of a held record: whether its holder still
+    /// renews is not known yet. If the record stays unchanged for `decide_in` more, the
+    /// next acquire takes it; if it changes first, its holder is alive (`Held`).
+    Unproven {
+        record: LockRecord,
+        decide_in: Duration,
+    },
 }
 
 /// Outcome of a renewal.

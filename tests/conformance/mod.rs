@@ -38,14 +38,18 @@ pub fn unique(name: &str) -> String {
 pub async fn won(store: &dyn Store, lock: &str, identity: &str, ttl: Duration) -> Lease {
     match store.acquire(lock, identity, ttl).await.expect("acquire") {
         Acquire::Won(lease) => lease,
-        Acquire::Held(record) => panic!("{identity} expected to win {lock:?}, held by {:?}", record.holder),
+        Acquire::Held(record) | Acquire::Unproven { record, .. } => {
+            panic!("{identity} expected to win {lock:?}, held by {:?}", record.holder)
+        }
     }
 }
 
 pub async fn held(store: &dyn Store, lock: &str, identity: &str) {
     match store.acquire(lock, identity, TTL).await.expect("acquire") {
         Acquire::Won(lease) => panic!("{identity} took {lock:?} (token {}) while it was held", lease.token),
-        Acquire::Held(record) => assert!(record.is_held(), "a refused acquire must report a holder: {record:?}"),
+        Acquire::Held(record) | Acquire::Unproven { record, .. } => {
+            assert!(record.is_held(), "a refused acquire must report a holder: {record:?}")
+        }
     }
 }
 
@@ -68,7 +72,7 @@ pub async fn exclusive_acquire_with_50_contenders(h: &dyn Harness) {
     for task in tasks {
         match task.await.expect("task").expect("no contender may see a store error") {
             Acquire::Won(lease) => winners.push(lease),
-            Acquire::Held(record) => assert!(record.is_held()),
+            Acquire::Held(record) | Acquire::Unproven { record, .. } => assert!(record.is_held()),
         }
     }
     assert_eq!(winners.len(), 1, "exactly one of 50 must win: {winners:?}");
@@ -340,11 +344,18 @@ pub async fn a_client_rides_out_a_server_restart(h: &dyn Harness, stop: impl FnO
     assert!(next.token > lease.token);
 }
 
-/// Generate one `#[tokio::test]` per conformance test for a harness.
+/// Generate one `#[tokio::test]` per conformance test for a harness; with `paused:`,
+/// on tokio's paused clock (for a store that runs in memory on an injected clock).
 #[macro_export]
 macro_rules! conformance_suite {
+    (paused: $harness:expr) => {
+        $crate::conformance_suite!(@each (start_paused = true) $harness);
+    };
     ($harness:expr) => {
-        $crate::conformance_suite!(@tests $harness;
+        $crate::conformance_suite!(@each (flavor = "multi_thread", worker_threads = 4) $harness);
+    };
+    (@each $flavor:tt $harness:expr) => {
+        $crate::conformance_suite!(@tests $flavor $harness;
             exclusive_acquire_with_50_contenders,
             renew_by_the_holder_only,
             expiry_frees_the_lock,
@@ -360,9 +371,9 @@ macro_rules! conformance_suite {
             leases_survive_a_restart,
         );
     };
-    (@tests $harness:expr; $($name:ident,)*) => {
+    (@tests $flavor:tt $harness:expr; $($name:ident,)*) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            #[tokio::test $flavor]
             async fn $name() {
                 let harness = $harness.await;
                 conformance::$name(&harness).await;

@@ -1,0 +1,92 @@
+//! The record interface a client-timed store implements: plain reads and
+//! compare-and-set writes on one record per lock, with no notion of time.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+
+use crate::store::Result;
+
+/// What a client-timed store keeps per lock: client-go's leader election record
+/// (`holderIdentity`, `leaseDurationSeconds`, `acquireTime`, `renewTime`,
+/// `leaseTransitions`) plus leaderrun's own fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    /// The holder's identity; empty when released (client-go's ReleaseOnCancel writes "").
+    pub holder: String,
+    /// How long the holder's lease lasts after its last write, in whole seconds (client-go's
+    /// `leaseDurationSeconds`). A standby times it from when it saw the write, never from
+    /// the times written below.
+    pub ttl_seconds: u32,
+    /// When the holder acquired it, on the writer's wall clock: display only.
+    pub acquired: Option<SystemTime>,
+    /// When the holder last renewed it, on the writer's wall clock: display only.
+    pub renewed: Option<SystemTime>,
+    /// How many times the holder changed (client-go's `leaseTransitions`).
+    pub transitions: u32,
+    /// leaderrun's fencing token; `None` on a record only another client (client-go) wrote.
+    pub token: Option<u64>,
+    /// `leaderrun release` asked the holder to stand down.
+    pub revoked: bool,
+    /// Released with a --min-hold keep: taken until the store server's clock reads this.
+    pub kept_until: Option<SystemTime>,
+}
+
+impl Record {
+    pub fn is_released(&self) -> bool {
+        self.holder.is_empty()
+    }
+}
+
+/// A record's version, opaque to the core: equal versions mean an unchanged record.
+/// A store puts in it whatever its writes must carry (a resourceVersion and a uid, an
+/// object generation, an ETag).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Version(pub String);
+
+/// A record as read, with its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub record: Record,
+    pub version: Version,
+}
+
+/// One read of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// The record, or `None` if there is none (never written, or deleted).
+    pub found: Option<Found>,
+    /// The store server's clock when it answered (an HTTP `Date` header), if it tells.
+    pub server_time: Option<SystemTime>,
+    /// A number at least as large as every fencing token any acquisition wrote before
+    /// this read, the record's deletion notwithstanding (Kubernetes: the resourceVersion,
+    /// an etcd revision that only grows); 0 when the store has no such number.
+    pub floor: u64,
+}
+
+/// What a guarded write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// Written; the record's new version.
+    Done(Version),
+    /// Not written: a create found a record there, or a replace found the record at
+    /// another version or gone. A lost race, never an error.
+    Moved,
+}
+
+/// Record I/O for one client-timed store. Every method is one request (or as few as the
+/// store allows); none knows about time, leases or tokens.
+#[async_trait]
+pub trait Records: Send + Sync {
+    /// The lock's record, if any.
+    async fn read(&self, lock: &str) -> Result<Read>;
+    /// Write the record if the lock has none.
+    async fn create(&self, lock: &str, record: &Record) -> Result<Written>;
+    /// Write the record if the lock's record is still at `version`.
+    async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Written>;
+    /// Every lock with a record, by its (decoded) lock name.
+    async fn list(&self) -> Result<Vec<(String, Record)>>;
+    /// Return when the lock's record may have moved from `version` (a write or a
+    /// deletion), or after `max_wait`. A spurious return is harmless: the caller re-reads.
+    async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration);
+}

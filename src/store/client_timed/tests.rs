@@ -1,0 +1,166 @@
+//! The client-timed core on tokio's paused clock: the shared conformance suite through
+//! the core over in-memory records, then the cases only a client-timed store has (clocks
+//! that run at different rates, wall clocks far apart, a record deleted or released by
+//! another client).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+
+use super::memory::MemoryRecords;
+use super::{observation, ClientTimed, Record};
+use crate::clock::{Clock, TokioClock};
+use crate::store::{Acquire, Store};
+use crate::timing::{CLOCK_DRIFT, MARGIN};
+
+#[path = "../../../tests/conformance/mod.rs"]
+mod conformance;
+
+/// A wall clock on tokio's paused time, `offset` ahead of (or behind) true time.
+fn wall(offset: Duration, behind: bool) -> Arc<dyn Fn() -> SystemTime + Send + Sync> {
+    let origin = tokio::time::Instant::now();
+    let epoch = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    Arc::new(move || if behind { epoch - offset } else { epoch + offset } + origin.elapsed())
+}
+
+/// An elapsed-time clock running at `rate` × true time.
+struct Rated {
+    inner: TokioClock,
+    rate: f64,
+}
+
+impl Clock for Rated {
+    fn now(&self) -> Duration {
+        self.inner.now().mul_f64(self.rate)
+    }
+}
+
+struct Memory {
+    records: Arc<MemoryRecords>,
+}
+
+async fn memory() -> Memory {
+    Memory { records: Arc::new(MemoryRecords::new(wall(Duration::ZERO, false))) }
+}
+
+impl Memory {
+    fn client(&self, clock: Arc<dyn Clock>, wall: Arc<dyn Fn() -> SystemTime + Send + Sync>) -> Arc<ClientTimed> {
+        Arc::new(ClientTimed::with_clocks(self.records.clone(), clock, wall))
+    }
+}
+
+#[async_trait]
+impl conformance::Harness for Memory {
+    async fn open(&self) -> Arc<dyn Store> {
+        self.client(Arc::new(TokioClock::new()), wall(Duration::ZERO, false))
+    }
+    async fn restart(&self) {}
+}
+
+crate::conformance_suite!(paused: memory());
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Acquire until won, every 10 ms; the true time elapsed when it was.
+async fn take_over(store: &dyn Store, lock: &str, identity: &str) -> Duration {
+    let started = tokio::time::Instant::now();
+    loop {
+        if let Acquire::Won(_) = store.acquire(lock, identity, TTL).await.unwrap() {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_standby_never_takes_over_before_a_slow_holders_deadline() {
+    let m = memory().await;
+    let slow =
+        m.client(Arc::new(Rated { inner: TokioClock::new(), rate: 1.0 - CLOCK_DRIFT }), wall(Duration::ZERO, false));
+    let fast =
+        m.client(Arc::new(Rated { inner: TokioClock::new(), rate: 1.0 + CLOCK_DRIFT }), wall(Duration::ZERO, false));
+    slow.acquire("job", "holder", TTL).await.unwrap();
+    let taken = take_over(&*fast, "job", "standby").await;
+    // The holder stops its child at ttl·(1 − 2ρ) − margin on its own (slow) clock.
+    let holders_deadline = (TTL.mul_f64(1.0 - 2.0 * CLOCK_DRIFT) - MARGIN).div_f64(1.0 - CLOCK_DRIFT);
+    assert!(taken > holders_deadline, "taken at {taken:?}, the holder ran until {holders_deadline:?}");
+    // And no later than one observation on the standby's clock, plus one poll.
+    assert!(taken <= observation(10).div_f64(1.0 + CLOCK_DRIFT) + Duration::from_millis(20), "{taken:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn wall_clocks_hours_apart_change_nothing_and_a_keep_is_judged_on_the_servers_clock() {
+    let m = memory().await;
+    let hour = Duration::from_secs(3600);
+    let ahead = m.client(Arc::new(TokioClock::new()), wall(hour, false));
+    let behind = m.client(Arc::new(TokioClock::new()), wall(hour, true));
+    ahead.acquire("job", "ahead", TTL).await.unwrap();
+    // A holder whose wall clock is an hour ahead is timed like any other.
+    assert_eq!(take_over(&*behind, "job", "behind").await, observation(10));
+
+    // A keep written by a host whose wall clock is an hour behind still ends on time.
+    let lease = match behind.acquire("cron", "behind", TTL).await.unwrap() {
+        Acquire::Won(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    behind.release(&lease, Duration::from_secs(10)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        matches!(ahead.acquire("cron", "late", TTL).await.unwrap(), Acquire::Held(_)),
+        "a late host of the same firing"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(matches!(ahead.acquire("cron", "next", TTL).await.unwrap(), Acquire::Won(_)), "the next firing, at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_sight_is_unproven_and_a_change_proves_the_holder_alive() {
+    let m = memory().await;
+    let (holder, standby) = (m.client(Arc::new(TokioClock::new()), wall(Duration::ZERO, false)), memory_client(&m));
+    let lease = match holder.acquire("job", "holder", TTL).await.unwrap() {
+        Acquire::Won(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    match standby.acquire("job", "standby", TTL).await.unwrap() {
+        Acquire::Unproven { record, decide_in } => {
+            assert_eq!((record.holder.as_deref(), decide_in), (Some("holder"), observation(10)))
+        }
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    holder.renew(&lease, TTL).await.unwrap();
+    assert!(matches!(standby.acquire("job", "standby", TTL).await.unwrap(), Acquire::Held(_)));
+}
+
+fn memory_client(m: &Memory) -> Arc<ClientTimed> {
+    m.client(Arc::new(TokioClock::new()), wall(Duration::ZERO, false))
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_gos_release_frees_at_once_and_tokens_outgrow_a_deleted_record() {
+    let m = memory().await;
+    let store = memory_client(&m);
+    let first = match store.acquire("job", "a", TTL).await.unwrap() {
+        Acquire::Won(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    // client-go takes it over (no token), then releases it as ReleaseOnCancel does.
+    let go = Record { holder: "go-controller".into(), ttl_seconds: 15, transitions: 1, ..Record::default() };
+    m.records.put("job", go.clone());
+    assert!(matches!(store.acquire("job", "b", TTL).await.unwrap(), Acquire::Unproven { .. }));
+    m.records.put("job", Record { holder: String::new(), ..go });
+    let second = match store.acquire("job", "b", TTL).await.unwrap() {
+        Acquire::Won(lease) => lease,
+        other => panic!("a released record must be free at once: {other:?}"),
+    };
+    assert!(second.token > first.token);
+    assert_eq!(m.records.get("job").unwrap().transitions, 2, "client-go's leaseTransitions counted on");
+    // `kubectl delete lease`: the record and its token are gone, the version sequence is not.
+    m.records.delete("job");
+    let third = match store.acquire("job", "c", TTL).await.unwrap() {
+        Acquire::Won(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(third.token > second.token, "{} after {}", third.token, second.token);
+}
