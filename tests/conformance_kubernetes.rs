@@ -215,3 +215,23 @@ async fn requests_per_call() {
 fn diff(before: [u64; 5], after: [u64; 5]) -> [u64; 5] {
     std::array::from_fn(|i| after[i] - before[i])
 }
+
+/// A server that stops answering (SIGSTOP: connections stay open, nothing comes back):
+/// calls fail as transient within the store's request bound, and work again once it
+/// answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_server_is_a_transient_error() {
+    let h = kube().await;
+    let store = h.open().await;
+    let lock = unique("frozen");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    h.server.freeze();
+    let answer = tokio::time::timeout(SOON, store.renew(&lease, TTL)).await;
+    h.server.thaw();
+    let err = answer.expect("a call to a frozen server must end").expect_err("no answer is no renewal");
+    assert!(err.is_transient() && err.message.contains("no answer"), "{}", err.message);
+    let started = Instant::now();
+    while store.renew(&lease, TTL).await.is_err() {
+        assert!(started.elapsed() < SOON, "the thawed server never answered");
+    }
+}
