@@ -195,3 +195,14 @@ fn a_lease_the_python_elector_released_is_free_at_once() {
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     assert!(sb.exists("ran"), "the released Lease was taken at once");
 }
+
+/// Even the store client's own debug output (-vvv) never shows the bearer token.
+#[test]
+fn verbose_output_never_shows_the_token() {
+    let (server, sb) = started();
+    let out = sb.output(sb.at(URL, &["-vvv", "--lock", "verbose", "--", "true"]));
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr {err:?}");
+    assert!(err.lines().count() > 5, "-vvv says what it does: {err:?}");
+    assert!(!err.contains(server.token()) && !stdout_of(&out).contains(server.token()), "the token shown");
+}
