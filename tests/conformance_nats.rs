@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv;
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, SOON, TTL};
+use conformance::{held, held_for, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::nats::{Nats, USER};
@@ -80,7 +80,7 @@ async fn choria_sees_a_leaderrun_holder_and_leaderrun_sees_a_choria_leader() {
     // Its key keeps only its last write: shown as a renewal, not as when it was taken.
     let campaigner = status.campaigner.expect("a Choria leader is another program's campaigner");
     assert_eq!((status.held_since, campaigner.renews_every), (None, CHORIA_MAX_AGE.mul_f64(0.75)));
-    held(&*store, "my_app", "host-d").await;
+    held_for(&*store, "my_app", "host-d", CHORIA_TTL).await;
     assert!(store.list().await.unwrap().iter().any(|r| r.lock == "my_app" && r.holder.as_deref() == Some("choria-c")));
 
     // Once Choria's leader lets go, leaderrun wins, with a larger token.
@@ -105,7 +105,7 @@ async fn in_a_choria_bucket_a_win_is_confirmed_after_the_cool_down_and_an_evict_
     };
     // One campaign interval (0.75 x max age, lengthened for clock drift) + Choria's 200 ms.
     assert!(after > CHORIA_MAX_AGE.mul_f64(0.75) + Duration::from_millis(200) && after < CHORIA_MAX_AGE, "{after:?}");
-    held(&*store, "my_app", "b").await;
+    held_for(&*store, "my_app", "b", CHORIA_TTL).await;
     assert!(choria.create("my_app", "choria".into()).await.is_err(), "Choria sees the key taken");
     // Evicted during the cool-down: the confirmation finds it lost.
     choria.delete("my_app").await.unwrap();

@@ -52,7 +52,12 @@ pub async fn confirmed(store: &dyn Store, lease: Lease, after: Duration, ttl: Du
 }
 
 pub async fn held(store: &dyn Store, lock: &str, identity: &str) {
-    match store.acquire(lock, identity, TTL).await.expect("acquire") {
+    held_for(store, lock, identity, TTL).await
+}
+
+/// `held`, asking for `ttl` (a store may not keep the suite's).
+pub async fn held_for(store: &dyn Store, lock: &str, identity: &str, ttl: Duration) {
+    match store.acquire(lock, identity, ttl).await.expect("acquire") {
         Acquire::Won(lease) | Acquire::Confirm { lease, .. } => {
             panic!("{identity} took {lock:?} (token {}) while it was held", lease.token)
         }
