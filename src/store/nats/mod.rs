@@ -47,13 +47,17 @@
 //! buckets leaderrun creates do), every write of a held lease carries `Nats-TTL` = ttl rounded
 //! UP to whole seconds (the server's granularity), and the server removes the entry that long
 //! after it stored it, leaving a marker that wakes watchers (`subject_delete_marker_ttl`).
-//! Otherwise (Choria's bucket: a bucket-wide max age, 60 s by default) the lease lasts the
-//! bucket's max age from its last write. A max age also caps a per-message TTL (the server
-//! removes a message at the earlier of the two), so a --ttl longer than the bucket's max
-//! age is refused: the server would drop the key before the holder's deadline (`longest_ttl`
-//! says so before, for a run that picks its own ttl). A --ttl shorter than it is safe, but a
-//! crashed holder's lease then lasts the max age, not ttl.
-//! A bucket with neither never expires anything, and is refused.
+//! A max age also caps a per-message TTL (the server removes a message at the earlier of the
+//! two), so a --ttl longer than the bucket's max age is refused.
+//! Otherwise (a Choria bucket: a bucket-wide max age, no per-message TTL) the entry lasts the
+//! bucket's max age from its last write, and leaderrun campaigns as Choria does (`choria.rs`):
+//! a win is `Acquire::Confirm`, trusted only after one campaign interval (0.75 × max age) +
+//! 200 ms and a successful update, and a --ttl is at most that interval + 200 ms, so that no
+//! evicted holder, Choria's or leaderrun's, overlaps a standby of either. A crashed holder's
+//! lease still lasts the max age. A --min-hold keep there lasts the max age from the release
+//! (more is refused); its `Leaderrun-Kept-Ms` lets leaderrun take it over when it ends.
+//! A bucket with neither never expires anything, and is refused. Refusals of a bucket or a
+//! ttl are `ErrorKind::Unfit`: configuration errors, found before anything is written.
 //!
 //! What is NOT guaranteed:
 //! - nats-server times TTLs and max ages from each message's timestamp, its WALL clock: a
@@ -62,12 +66,16 @@
 //!   `jetstream { sync_interval: always }`, else an acknowledged acquisition can be lost in a
 //!   crash of its host; in a cluster the bucket needs `?replicas=3` (or more) when created.
 //! - Deleting the key by hand (`nats kv del`, Choria's evict) frees the lock at once: the
-//!   holder stops its child at its next renewal, but a standby may start before that, unlike
-//!   with `leaderrun release`. That is Choria's semantics.
+//!   holder stops its child at its next renewal. In a Choria bucket a standby's cool-down
+//!   covers that; in leaderrun's own bucket a standby may start before it, unlike with
+//!   `leaderrun release`.
 //! - The bucket's settings are read once, when a run starts. leaderrun never creates
 //!   `CHORIA_LEADER_ELECTION` (Choria refuses a bucket without a max age): Choria does.
 //! - `held_since` and --min-hold use the acquiring host's wall clock; `expires_in` is the
-//!   entry's server timestamp plus its lifetime minus this host's clock: display only.
+//!   entry's server timestamp plus its lifetime minus this host's clock: display only. An
+//!   entry a Choria campaigner wrote (no leaderrun headers) keeps only its last write (history
+//!   1): it shows as `campaigner` (renewed at, every interval), its token is the revision of
+//!   that last write and changes at every tick, and when it was first taken is unknown.
 //! - After an expiry, or a delete by another tool, the marker left carries no token: `status`
 //!   then shows token 0 (the next acquisition's token is larger all the same).
 //!
