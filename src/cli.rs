@@ -141,8 +141,12 @@ pub const STORES: &[(&str, &str)] = &[
          compare-and-sets on the key's last revision, the fencing token is the acquiring write's revision \
          (tokens grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key. The \
          value is the holder's identity, as Choria writes it: with /CHORIA_LEADER_ELECTION, Choria's tools show \
-         the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. A --ttl above \
-         a bucket's max age is refused (without --ttl, a run picks one within it). Needs jetstream { \
+         the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. In a bucket \
+         without per-message TTL (Choria's) leaderrun wins as Choria does: it waits one campaign interval \
+         (0.75 x max age) + 200 ms and confirms with an update before the child starts, and its --ttl is at \
+         most that interval + 200 ms, so evicted holders never overlap standbys; --min-hold is at most the max \
+         age. A --ttl that does not fit is refused (status 2; without --ttl, a run picks one that fits). Needs \
+         jetstream { \
          sync_interval: always } to keep acknowledged writes across a crash, and replicas=3 in a cluster; expiry \
          follows the server's wall clock.",
     ),
