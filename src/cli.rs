@@ -72,6 +72,10 @@ those stores). A renewal that times out, fails or is ambiguous never moves it; o
 the time left before the stop signal gets a second request beside it. The child's process \
 group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
 lease is someone else's, --signal goes at once.",
+    "On a store with no server-side expiry (Kubernetes Leases) a standby takes a held lease only after it \
+has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl, as the \
+record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
+most that long (or --timeout): a change means its holder is alive, and the run gives up.",
     "An acquire whose answer never came (a timeout, a signal) may still have been granted: leaderrun \
 gives such a lease back, found by its own identity (with a chosen --identity, which another run may \
 share, it is left to expire). A process in uninterruptible sleep (D state, e.g. on a hung NFS mount) \
@@ -137,8 +141,12 @@ pub const STORES: &[(&str, &str)] = &[
          compare-and-sets on the key's last revision, the fencing token is the acquiring write's revision \
          (tokens grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key. The \
          value is the holder's identity, as Choria writes it: with /CHORIA_LEADER_ELECTION, Choria's tools show \
-         the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. A --ttl above \
-         a bucket's max age is refused (without --ttl, a run picks one within it). Needs jetstream { \
+         the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. In a bucket \
+         without per-message TTL (Choria's) leaderrun wins as Choria does: it waits one campaign interval \
+         (0.75 x max age) + 200 ms and confirms with an update before the child starts, and its --ttl is at \
+         most that interval + 200 ms, so evicted holders never overlap standbys; --min-hold is at most the max \
+         age. A --ttl that does not fit is refused (status 2; without --ttl, a run picks one that fits). Needs \
+         jetstream { \
          sync_interval: always } to keep acknowledged writes across a crash, and replicas=3 in a cluster; expiry \
          follows the server's wall clock.",
     ),

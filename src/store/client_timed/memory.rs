@@ -1,7 +1,7 @@
 //! The in-memory record store, for running the client-timed core on tokio's paused
 //! clock: one version sequence for every write (as an API server's resourceVersion),
-//! a server clock of its own, change notification, and a way to delete a record
-//! behind everyone's back (`kubectl delete lease`).
+//! a server clock of its own, watches, and a way to delete a record behind everyone's
+//! back (`kubectl delete lease`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,56 +10,107 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use super::records::{Found, Read, Record, Records, Version, Written};
+use super::records::{Feed, Found, Read, Record, Records, Version, Written};
 use crate::store::Result;
 
 /// The last version issued, and each lock's record with its version.
 type Rows = (u64, BTreeMap<String, (Record, u64)>);
 
-pub struct MemoryRecords {
+/// What the "server" keeps, shared with the tasks that serve its watches.
+struct Server {
     rows: Mutex<Rows>,
-    /// The server's clock.
-    server_clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
-    /// Bumped at every write, for `changed`.
+    clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
+    /// Bumped at every write.
     writes: watch::Sender<u64>,
+    /// Bumped to end every open watch.
+    epoch: watch::Sender<u64>,
+}
+
+impl Server {
+    fn snapshot(&self, lock: &str) -> Read {
+        let rows = self.rows.lock().unwrap();
+        let found =
+            rows.1.get(lock).map(|(record, v)| Found { record: record.clone(), version: Version(v.to_string()) });
+        Read { found, server_time: Some((self.clock)()), floor: rows.0 }
+    }
+
+    fn version(&self, lock: &str) -> Option<Version> {
+        self.rows.lock().unwrap().1.get(lock).map(|(_, v)| Version(v.to_string()))
+    }
+
+    /// Store `record` (or delete it) as the next version.
+    fn write(&self, lock: &str, record: Option<&Record>) -> Version {
+        self.write_if(lock, record, |_| true).expect("unconditional")
+    }
+
+    /// `write` if `current` (the lock's version now, `None` if absent) passes `check`, in
+    /// one step under the lock.
+    fn write_if(
+        &self,
+        lock: &str,
+        record: Option<&Record>,
+        check: impl Fn(Option<Version>) -> bool,
+    ) -> Option<Version> {
+        let mut rows = self.rows.lock().unwrap();
+        if !check(rows.1.get(lock).map(|(_, v)| Version(v.to_string()))) {
+            return None;
+        }
+        rows.0 += 1;
+        let version = rows.0;
+        match record {
+            Some(record) => rows.1.insert(lock.to_string(), (record.clone(), version)),
+            None => rows.1.remove(lock),
+        };
+        drop(rows);
+        self.writes.send_replace(version);
+        Some(Version(version.to_string()))
+    }
+}
+
+pub struct MemoryRecords {
+    server: Arc<Server>,
     /// Every request, by kind, for tests that count them.
-    pub requests: Mutex<Vec<&'static str>>,
+    requests: Mutex<Vec<&'static str>>,
 }
 
 impl MemoryRecords {
-    pub fn new(server_clock: Arc<dyn Fn() -> SystemTime + Send + Sync>) -> Self {
-        Self { rows: Mutex::default(), server_clock, writes: watch::channel(0).0, requests: Mutex::default() }
+    pub fn new(clock: Arc<dyn Fn() -> SystemTime + Send + Sync>) -> Self {
+        let server = Server { rows: Mutex::default(), clock, writes: watch::channel(0).0, epoch: watch::channel(0).0 };
+        Self { server: Arc::new(server), requests: Mutex::default() }
+    }
+
+    /// Another client of the same records, with a request count of its own.
+    pub fn client(&self) -> Self {
+        Self { server: self.server.clone(), requests: Mutex::default() }
     }
 
     fn log(&self, kind: &'static str) {
         self.requests.lock().unwrap().push(kind);
     }
 
-    /// Store `record` as the next version (the caller checked the precondition).
-    fn write(&self, rows: &mut Rows, lock: &str, record: &Record) -> Version {
-        rows.0 += 1;
-        rows.1.insert(lock.to_string(), (record.clone(), rows.0));
-        self.writes.send_replace(rows.0);
-        Version(rows.0.to_string())
+    /// How many requests of `kind` ("read", "create", "replace", "list", "changed", "watch") were made.
+    pub fn count(&self, kind: &str) -> usize {
+        self.requests.lock().unwrap().iter().filter(|k| **k == kind).count()
     }
 
     /// Delete the record with no precondition, as `kubectl delete lease` does.
     pub fn delete(&self, lock: &str) {
-        let mut rows = self.rows.lock().unwrap();
-        rows.0 += 1;
-        rows.1.remove(lock);
-        self.writes.send_replace(rows.0);
+        self.server.write(lock, None);
     }
 
     /// Write a record as another client would (client-go), with no precondition.
     pub fn put(&self, lock: &str, record: Record) {
-        let mut rows = self.rows.lock().unwrap();
-        self.write(&mut rows, lock, &record);
+        self.server.write(lock, Some(&record));
     }
 
     /// The record as stored.
     pub fn get(&self, lock: &str) -> Option<Record> {
-        self.rows.lock().unwrap().1.get(lock).map(|(r, _)| r.clone())
+        self.server.snapshot(lock).found.map(|f| f.record)
+    }
+
+    /// End every open watch, as a server does at its watch timeout.
+    pub fn end_watches(&self) {
+        self.server.epoch.send_modify(|n| *n += 1);
     }
 }
 
@@ -67,48 +118,66 @@ impl MemoryRecords {
 impl Records for MemoryRecords {
     async fn read(&self, lock: &str) -> Result<Read> {
         self.log("read");
-        let rows = self.rows.lock().unwrap();
-        let found =
-            rows.1.get(lock).map(|(record, v)| Found { record: record.clone(), version: Version(v.to_string()) });
-        Ok(Read { found, server_time: Some((self.server_clock)()), floor: rows.0 })
+        Ok(self.server.snapshot(lock))
     }
 
     async fn create(&self, lock: &str, record: &Record) -> Result<Written> {
         self.log("create");
-        let mut rows = self.rows.lock().unwrap();
-        if rows.1.contains_key(lock) {
-            return Ok(Written::Moved);
-        }
-        Ok(Written::Done(self.write(&mut rows, lock, record)))
+        Ok(self.server.write_if(lock, Some(record), |now| now.is_none()).map_or(Written::Moved, Written::Done))
     }
 
     async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Written> {
         self.log("replace");
-        let mut rows = self.rows.lock().unwrap();
-        match rows.1.get(lock) {
-            Some((_, v)) if v.to_string() == version.0 => Ok(Written::Done(self.write(&mut rows, lock, record))),
-            _ => Ok(Written::Moved),
-        }
+        let current = |now: Option<Version>| now.as_ref() == Some(version);
+        Ok(self.server.write_if(lock, Some(record), current).map_or(Written::Moved, Written::Done))
     }
 
     async fn list(&self) -> Result<Vec<(String, Record)>> {
         self.log("list");
-        Ok(self.rows.lock().unwrap().1.iter().map(|(lock, (record, _))| (lock.clone(), record.clone())).collect())
+        let rows = self.server.rows.lock().unwrap();
+        Ok(rows.1.iter().map(|(lock, (record, _))| (lock.clone(), record.clone())).collect())
     }
 
     async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {
-        self.log("watch");
-        let mut writes = self.writes.subscribe();
-        let current = || self.rows.lock().unwrap().1.get(lock).map(|(_, v)| v.to_string());
-        let moved = |seen: Option<&Version>| current() != seen.map(|v| v.0.clone());
+        self.log("changed");
+        let mut writes = self.server.writes.subscribe();
         // With no version seen, any write from now on counts.
         let wait = async {
-            while version.is_none() || !moved(version) {
+            loop {
+                if version.is_some() && self.server.version(lock).as_ref() != version {
+                    return;
+                }
                 if writes.changed().await.is_err() || version.is_none() {
                     return;
                 }
             }
         };
         let _ = tokio::time::timeout(max_wait, wait).await;
+    }
+
+    async fn watch(&self, lock: &str, version: &Version) -> Result<Option<Feed>> {
+        self.log("watch");
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let server = self.server.clone();
+        let (mut writes, mut epoch) = (server.writes.subscribe(), server.epoch.subscribe());
+        let (lock, mut last) = (lock.to_string(), Some(version.clone()));
+        tokio::spawn(async move {
+            loop {
+                let read = server.snapshot(&lock);
+                let now = read.found.as_ref().map(|f| f.version.clone());
+                if now != last {
+                    let deleted = now.is_none();
+                    if tx.send(read).await.is_err() || deleted {
+                        return;
+                    }
+                    last = now;
+                }
+                tokio::select! {
+                    changed = writes.changed() => if changed.is_err() { return },
+                    _ = epoch.changed() => return,
+                }
+            }
+        });
+        Ok(Some(rx))
     }
 }

@@ -27,6 +27,9 @@
 //!   the next cron firing takes it at once on whichever host fires first, and a late host
 //!   of the same firing does not. A store that reports no server clock is judged on this
 //!   host's wall clock instead, and says so.
+//! - A waiting standby keeps one watch open on the lock where the store can watch
+//!   (`watchers.rs`): it re-judges the latest record the watch brought instead of reading
+//!   it again, so while the holder lives it makes no request beyond the watch.
 //! - `revoke` marks the record; the holder sees it at its next renewal, stops its child and
 //!   releases. Nobody else may take a revoked record before that (it changed, so standbys
 //!   watch it afresh). A kept record (no child runs under it) is freed at once.
@@ -34,13 +37,14 @@
 mod records;
 mod sightings;
 mod store;
+mod watchers;
 
 #[cfg(test)]
 pub mod memory;
 #[cfg(test)]
 mod tests;
 
-pub use records::{Found, Read, Record, Records, Version, Written};
+pub use records::{Feed, Found, Read, Record, Records, Version, Written};
 pub use sightings::observation;
 pub use store::ClientTimed;
 

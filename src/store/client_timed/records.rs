@@ -74,6 +74,11 @@ pub enum Written {
     Moved,
 }
 
+/// A feed of one lock's record as it changes: one `Read` per change (`found: None` once
+/// the record is deleted), in order. It closes when the store ends the watch (a server
+/// timeout, a dropped connection, a version too old to watch from).
+pub type Feed = tokio::sync::mpsc::Receiver<Read>;
+
 /// Record I/O for one client-timed store. Every method is one request (or as few as the
 /// store allows); none knows about time, leases or tokens.
 #[async_trait]
@@ -89,4 +94,11 @@ pub trait Records: Send + Sync {
     /// Return when the lock's record may have moved from `version` (a write or a
     /// deletion), or after `max_wait`. A spurious return is harmless: the caller re-reads.
     async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration);
+    /// A feed of the lock's changes after `version`, if this store can watch. With one, an
+    /// idle standby learns every change without asking: the core answers its re-checks
+    /// from the feed and makes no request until the record is free or lapsed. `Ok(None)`:
+    /// the store cannot watch, and the core waits with `changed` and reads.
+    async fn watch(&self, _lock: &str, _version: &Version) -> Result<Option<Feed>> {
+        Ok(None)
+    }
 }

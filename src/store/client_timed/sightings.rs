@@ -44,15 +44,15 @@ struct Sighting {
 pub struct Sightings(Mutex<HashMap<String, Sighting>>);
 
 impl Sightings {
-    /// `lock` was read at `version` (held, lease `ttl_seconds`) with the answer in hand at
-    /// `now`: note it and judge it.
-    pub fn judge(&self, lock: &str, version: &Version, ttl_seconds: u32, now: Duration) -> Verdict {
+    /// `lock` was seen at `version` (held, lease `ttl_seconds`) at `seen_at` (when a read's
+    /// answer or a feed's event arrived): note it, and judge it at `now`.
+    pub fn judge(&self, lock: &str, version: &Version, ttl_seconds: u32, seen_at: Duration, now: Duration) -> Verdict {
         let mut seen = self.0.lock().unwrap();
         let sighting = match seen.get_mut(lock) {
             Some(s) if s.version == *version => s,
             earlier => {
                 let moved = earlier.is_some();
-                let fresh = Sighting { version: version.clone(), since: now, ttl_seconds, moved };
+                let fresh = Sighting { version: version.clone(), since: seen_at, ttl_seconds, moved };
                 seen.insert(lock.to_string(), fresh);
                 seen.get_mut(lock).expect("just inserted")
             }
@@ -87,24 +87,26 @@ mod tests {
         Version(s.into())
     }
 
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
     #[test]
     fn one_version_lapses_after_the_stretched_lease_and_a_change_restarts_the_count() {
         let seen = Sightings::default();
         let full = observation(10);
         assert_eq!(full, Duration::from_millis(10_300));
-        let first = seen.judge("x", &v("1"), 10, Duration::from_secs(100));
+        let first = seen.judge("x", &v("1"), 10, secs(100), secs(100));
         assert_eq!(first, Verdict::Watching { left: full, alive: false });
-        let later = seen.judge("x", &v("1"), 10, Duration::from_secs(105));
+        let later = seen.judge("x", &v("1"), 10, secs(105), secs(105));
         assert_eq!(later, Verdict::Watching { left: full - Duration::from_secs(5), alive: false });
-        assert_eq!(seen.judge("x", &v("1"), 10, Duration::from_secs(100) + full), Verdict::Lapsed);
+        assert_eq!(seen.judge("x", &v("1"), 10, secs(100) + full, secs(100) + full), Verdict::Lapsed);
         // The holder renewed: a new version, counted afresh, and known to be alive.
-        let renewed = seen.judge("x", &v("2"), 10, Duration::from_secs(111));
-        assert_eq!(renewed, Verdict::Watching { left: full, alive: true });
-        assert_eq!(seen.last("x", Duration::from_secs(112)), Some((v("2"), full - Duration::from_secs(1))));
+        let renewed = seen.judge("x", &v("2"), 10, secs(110), secs(111));
+        // Counted from when it was seen (a feed's event may be judged a moment later).
+        assert_eq!(renewed, Verdict::Watching { left: full - secs(1), alive: true });
+        assert_eq!(seen.last("x", secs(112)), Some((v("2"), full - secs(2))));
         seen.forget("x");
-        assert_eq!(
-            seen.judge("x", &v("3"), 10, Duration::from_secs(200)),
-            Verdict::Watching { left: full, alive: false }
-        );
+        assert_eq!(seen.judge("x", &v("3"), 10, secs(200), secs(200)), Verdict::Watching { left: full, alive: false });
     }
 }

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use super::records::{Found, Read, Record, Records, Version, Written};
 use super::sightings::{Sightings, Verdict};
+use super::watchers::Watchers;
 use crate::clock::{BootClock, Clock};
 use crate::store::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
@@ -33,6 +34,9 @@ pub struct ClientTimed {
     clock: Arc<dyn Clock>,
     wall: Wall,
     seen: Sightings,
+    /// The last read of each lock held by another, from which a feed opens.
+    last_read: Mutex<HashMap<String, Read>>,
+    watchers: Watchers,
     held: Mutex<HashMap<String, Held>>,
 }
 
@@ -48,7 +52,15 @@ impl ClientTimed {
     }
 
     pub fn with_clocks(records: Arc<dyn Records>, clock: Arc<dyn Clock>, wall: Wall) -> Self {
-        Self { records, clock, wall, seen: Sightings::default(), held: Mutex::default() }
+        Self {
+            records,
+            clock,
+            wall,
+            seen: Sightings::default(),
+            last_read: Mutex::default(),
+            watchers: Watchers::default(),
+            held: Mutex::default(),
+        }
     }
 
     /// The store server's clock at `read`, or this host's wall clock if it reports none.
@@ -80,7 +92,15 @@ impl ClientTimed {
             held_since: record.acquired,
             expires_in: Some(ends.and_then(|end| end.duration_since(now).ok()).unwrap_or_default()),
             revoked: record.revoked,
+            campaigner: None,
         }
+    }
+
+    /// Whether a feed's record may stand in for a read: one held by another, whose
+    /// judgement needs no server clock. A free, kept or missing record is read afresh
+    /// before anything is written over it.
+    fn judged_from_feed(read: &Read) -> bool {
+        read.found.as_ref().is_some_and(|f| !f.record.is_released() && f.record.kept_until.is_none())
     }
 
     /// The record this client writes to take `lock` over `previous` (if any).
@@ -120,6 +140,8 @@ impl ClientTimed {
 
     fn remember(&self, lock: &str, held: Held) {
         self.seen.forget(lock);
+        self.watchers.close(lock);
+        self.last_read.lock().unwrap().remove(lock);
         self.held.lock().unwrap().insert(lock.to_string(), held);
     }
 
@@ -154,8 +176,18 @@ impl ClientTimed {
 #[async_trait]
 impl Store for ClientTimed {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        // A lost race is followed by a read of the store itself, whatever the feed says.
+        let mut raced = false;
         for _ in 0..MAX_RACES {
-            let read = self.records.read(lock).await?;
+            let (read, seen_at) = match self.watchers.get(lock).and_then(|w| w.latest()) {
+                Some((read, at)) if !raced && Self::judged_from_feed(&read) => (read, at),
+                _ => {
+                    let read = self.records.read(lock).await?;
+                    self.last_read.lock().unwrap().insert(lock.to_string(), read.clone());
+                    (read, self.clock.now())
+                }
+            };
+            raced = true;
             let answered = self.clock.now();
             let Some(Found { record, version }) = &read.found else {
                 let mine = self.taken(identity, ttl, None, read.floor);
@@ -174,10 +206,10 @@ impl Store for ClientTimed {
                 let shown = self.describe(lock, Some(record), self.server_now(&read));
                 if record.kept_until.is_some() {
                     // A keep not over yet: this firing has run; the next one takes it.
-                    self.seen.judge(lock, version, record.ttl_seconds, answered);
+                    self.seen.judge(lock, version, record.ttl_seconds, seen_at, answered);
                     return Ok(Acquire::Held(shown));
                 }
-                match self.seen.judge(lock, version, record.ttl_seconds, answered) {
+                match self.seen.judge(lock, version, record.ttl_seconds, seen_at, answered) {
                     Verdict::Lapsed => {}
                     Verdict::Watching { alive: true, .. } => return Ok(Acquire::Held(shown)),
                     Verdict::Watching { left, alive: false } => {
@@ -304,12 +336,24 @@ impl Store for ClientTimed {
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
         // Wake when the record changes, or when the version last seen would count as lapsed.
-        match self.seen.last(lock, self.clock.now()) {
-            Some((version, left)) => {
-                let bound = max_wait.min(left.max(Duration::from_millis(1)));
-                self.records.changed(lock, Some(&version), bound).await
+        let Some((version, left)) = self.seen.last(lock, self.clock.now()) else {
+            return self.records.changed(lock, None, max_wait).await;
+        };
+        let bound = max_wait.min(left.max(Duration::from_millis(1)));
+        let watched = match self.watchers.get(lock) {
+            Some(live) => Some(live),
+            None => {
+                let read = self.last_read.lock().unwrap().get(lock).cloned();
+                let from_seen = read.filter(|r| r.found.as_ref().is_some_and(|f| f.version == version));
+                match from_seen {
+                    Some(read) => self.watchers.open(&self.records, &self.clock, lock, read).await,
+                    None => None,
+                }
             }
-            None => self.records.changed(lock, None, max_wait).await,
+        };
+        match watched {
+            Some(watched) => watched.moved_from(&version, bound).await,
+            None => self.records.changed(lock, Some(&version), bound).await,
         }
     }
 }

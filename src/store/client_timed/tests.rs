@@ -164,3 +164,73 @@ async fn client_gos_release_frees_at_once_and_tokens_outgrow_a_deleted_record() 
     };
     assert!(third.token > second.token, "{} after {}", third.token, second.token);
 }
+
+/// As the elector waits: acquire, and when held, wait for a change for at most a second.
+async fn wait_for_turn(store: &dyn Store, lock: &str, identity: &str, until: Duration) -> Option<Duration> {
+    let started = tokio::time::Instant::now();
+    while started.elapsed() < until {
+        if let Acquire::Won(_) = store.acquire(lock, identity, TTL).await.unwrap() {
+            return Some(started.elapsed());
+        }
+        store.changed(lock, Duration::from_secs(1)).await;
+    }
+    None
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_standby_asks_nothing_beyond_its_watch_and_still_sees_the_holder_die() {
+    let m = memory().await;
+    let standby_records = Arc::new(m.records.client());
+    let holder = memory_client(&m);
+    let standby = Arc::new(ClientTimed::with_clocks(
+        standby_records.clone(),
+        Arc::new(TokioClock::new()),
+        wall(Duration::ZERO, false),
+    ));
+    let lease = match holder.acquire("job", "holder", TTL).await.unwrap() {
+        Acquire::Won(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    // The holder renews every 3 s for a minute, then dies; the server ends watches at 30 s.
+    let records = m.records.clone();
+    tokio::spawn(async move {
+        for i in 1..=20 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(holder.renew(&lease, TTL).await.unwrap(), crate::store::Renew::Renewed);
+            if i == 10 {
+                records.end_watches();
+            }
+        }
+    });
+    assert_eq!(wait_for_turn(&*standby, "job", "standby", Duration::from_secs(59)).await, None);
+    let asked = |kind| standby_records.count(kind);
+    assert_eq!((asked("read"), asked("watch"), asked("changed")), (1, 2, 0), "one read, one watch (reopened once)");
+    assert_eq!(asked("replace") + asked("create"), 0);
+    // The last renewal was at 60 s: the standby takes over one observation after it saw it.
+    let taken = wait_for_turn(&*standby, "job", "standby", Duration::from_secs(60)).await.expect("taken over");
+    assert!(taken >= observation(10), "{taken:?}");
+    assert!(taken <= observation(10) + Duration::from_secs(2), "{taken:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_seen_on_the_watch_is_taken_after_one_fresh_read() {
+    let m = memory().await;
+    let standby_records = Arc::new(m.records.client());
+    let holder = memory_client(&m);
+    let standby = Arc::new(ClientTimed::with_clocks(
+        standby_records.clone(),
+        Arc::new(TokioClock::new()),
+        wall(Duration::ZERO, false),
+    ));
+    let lease = match holder.acquire("job", "holder", TTL).await.unwrap() {
+        Acquire::Won(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        holder.release(&lease, Duration::ZERO).await.unwrap();
+    });
+    let taken = wait_for_turn(&*standby, "job", "standby", Duration::from_secs(60)).await;
+    assert_eq!(taken, Some(Duration::from_secs(5)), "woken by the watch at the release");
+    assert_eq!((standby_records.count("read"), standby_records.count("replace")), (2, 1));
+}
