@@ -175,20 +175,32 @@ async fn refusals_say_what_was_denied_without_the_token() {
 }
 
 /// A wait from a resourceVersion the server no longer keeps history for (410 Gone inside
-/// the watch stream) returns at once, for the caller to read afresh.
+/// the watch stream) lists the Lease afresh and watches on from there: it still hears the
+/// release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_wait_from_a_forgotten_version_returns() {
+async fn a_wait_from_a_forgotten_version_still_hears_the_release() {
     let server = tokio::task::spawn_blocking(|| KubeApiServer::start_with_history(3)).await.unwrap();
     let h = Kube { server };
     let (a, b) = (h.open().await, h.open().await);
     let lock = unique("gone");
-    won(&*a, &lock, "a", TTL).await;
+    let lease = won(&*a, &lock, "a", TTL).await;
     held(&*b, &lock, "b").await; // b has seen the Lease's version
     for i in 0..5 {
         won(&*a, &unique(&format!("other-{i}")), "a", TTL).await;
     }
-    let waited = tokio::time::timeout(SOON, b.changed(&lock, Duration::from_secs(3600))).await;
-    assert!(waited.is_ok(), "a watch from a forgotten resourceVersion hung");
+    let lists = h.server.requests("list");
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move { b.changed(&lock, Duration::from_secs(3600)).await })
+    };
+    let started = Instant::now();
+    while h.server.requests("list") == lists {
+        assert!(started.elapsed() < SOON, "the 410 never made the watch list the Lease afresh");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(SOON, waiter).await.expect("the release never woke the waiter").unwrap();
+    won(&*b, &lock, "b", TTL).await;
 }
 
 /// What a call costs: a renewal is one PUT; taking a free lock that has a Lease is a GET
@@ -234,4 +246,41 @@ async fn a_frozen_server_is_a_transient_error() {
     while store.renew(&lease, TTL).await.is_err() {
         assert!(started.elapsed() < SOON, "the thawed server never answered");
     }
+}
+
+/// A standby waiting for a held lock keeps one watch open and reads nothing while the
+/// holder renews: each renewal reaches it on the watch. Only the release makes it read
+/// (a free record is read afresh before it is written over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_standby_asks_nothing_but_its_watch() {
+    let h = kube().await;
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("idle");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    let (gets, watches) = (h.server.requests("get"), h.server.requests("watch"));
+    let standby = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            loop {
+                b.changed(&lock, Duration::from_secs(3600)).await;
+                if let Acquire::Won(lease) = b.acquire(&lock, "b", TTL).await.unwrap() {
+                    return lease;
+                }
+                assert!(started.elapsed() < SOON * 2, "b never took over");
+            }
+        })
+    };
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    }
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    let next = tokio::time::timeout(SOON, standby).await.expect("the release never woke b").unwrap();
+    assert!(next.token > lease.token);
+    // a's release read the Lease once; b read it once, when it saw it released.
+    let (gets, watches) = (h.server.requests("get") - gets, h.server.requests("watch") - watches);
+    assert!(gets <= 2, "{gets} reads while waiting through 5 renewals");
+    assert_eq!(watches, 1, "one watch, kept open");
 }

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use http::StatusCode;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::List;
-use kube::api::{ListParams, PostParams, WatchParams};
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
 
@@ -28,6 +28,9 @@ pub(super) struct LeaseApi {
     /// "k8s store, namespace NS at https://server", for messages.
     shown: String,
 }
+
+/// A watch's events, as they come.
+pub(super) type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = kube::Result<WatchEvent<Lease>>> + Send>>;
 
 /// An answer and the server's clock when it gave it.
 pub(super) struct Dated<T> {
@@ -100,16 +103,28 @@ impl LeaseApi {
     /// first) and return at the first event (a 410 Gone, which arrives as an event, too),
     /// or when the server ends the watch after `max_wait`.
     pub async fn watch_once(&self, name: &str, resource_version: Option<&str>, max_wait: Duration) -> Result<()> {
-        // The server's timeout in whole seconds, at least 1: the caller bounds the wait anyway.
-        let seconds = u32::try_from(max_wait.as_secs().max(1)).unwrap_or(u32::MAX);
-        let params =
-            WatchParams::default().fields(&format!("metadata.name={name}")).timeout(seconds).disable_bookmarks();
-        let request = self.request.watch(&params, resource_version.unwrap_or("")).map_err(|e| self.bad_request(e))?;
-        let events = self.client.request_events::<Lease>(request).await.map_err(|e| self.error("watch", e))?;
+        let events = self.watch(name, resource_version.unwrap_or(""), max_wait).await?;
         match std::pin::pin!(events).next().await {
             Some(Err(e)) => Err(self.error("watch", e)),
             _ => Ok(()),
         }
+    }
+
+    /// The one Lease's events after `resource_version` ("": its current state first), until
+    /// the server ends the watch after `max_wait` (whole seconds, at least 1). Opening it is
+    /// bounded by REQUEST_TIMEOUT; the events are not.
+    pub async fn watch(&self, name: &str, resource_version: &str, max_wait: Duration) -> Result<Events> {
+        let seconds = u32::try_from(max_wait.as_secs().max(1)).unwrap_or(u32::MAX);
+        let params =
+            WatchParams::default().fields(&format!("metadata.name={name}")).timeout(seconds).disable_bookmarks();
+        let request = self.request.watch(&params, resource_version).map_err(|e| self.bad_request(e))?;
+        let opened = tokio::time::timeout(REQUEST_TIMEOUT, self.client.request_events::<Lease>(request)).await;
+        let events = opened.map_err(|_| self.no_answer("watch"))?.map_err(|e| self.error("watch", e))?;
+        Ok(Box::pin(events))
+    }
+
+    fn no_answer(&self, verb: &str) -> StoreError {
+        StoreError::unavailable(format!("{}: no answer to {verb} within {}s", self.shown, REQUEST_TIMEOUT.as_secs()))
     }
 
     /// Send one request, bounded by REQUEST_TIMEOUT: its status, `Date` and body.
@@ -127,11 +142,7 @@ impl LeaseApi {
         };
         match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
             Ok(answer) => answer,
-            Err(_) => Err(StoreError::unavailable(format!(
-                "{}: no answer to {verb} within {}s",
-                self.shown,
-                REQUEST_TIMEOUT.as_secs()
-            ))),
+            Err(_) => Err(self.no_answer(verb)),
         }
     }
 

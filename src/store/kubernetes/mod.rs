@@ -8,7 +8,8 @@
 //! it (`lease.rs`), the requests (`api.rs`) and finding the cluster (`connect.rs`).
 //!
 //! Requests per call: a read is one GET (two when the Lease does not exist: a LIST by name
-//! then gives the floor); a write is one POST or PUT; waiting for a change is one watch.
+//! then gives the floor); a write is one POST or PUT; a waiting standby keeps one watch
+//! open on the Lease (`feed.rs`) and asks nothing else while the holder renews.
 //!
 //! Fencing tokens assume what every Kubernetes API server backed by etcd does: a
 //! resourceVersion is the etcd revision of the write, one number for the whole cluster
@@ -18,6 +19,7 @@
 
 mod api;
 mod connect;
+mod feed;
 mod lease;
 mod names;
 mod target;
@@ -29,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 
-use super::client_timed::{client_timed, Found, Read, Record, Records, Version, Written};
+use super::client_timed::{client_timed, Feed, Found, Read, Record, Records, Version, Written};
 use super::url::Access;
 use super::{Result, Store};
 use api::LeaseApi;
@@ -37,38 +39,44 @@ pub use target::Target;
 
 /// The Leases of one namespace, as records.
 pub struct LeaseRecords {
-    api: LeaseApi,
-    /// Each lock's Lease as last read or written: a replace starts from it, so that what
-    /// peers put on the Lease (labels, annotations) is carried over.
-    last_seen: Mutex<HashMap<String, Lease>>,
+    api: Arc<LeaseApi>,
+    seen: Arc<LastSeen>,
 }
 
-/// Open the store: the core over the Leases of the target's namespace. Nothing is asked of
-/// the server yet; a first request shows whether the cluster is reachable and lets us in.
-pub async fn open(target: &Target, _access: Access) -> Result<Box<dyn Store>> {
-    let (client, namespace, server) = connect::connect(target).await?;
-    let api = LeaseApi::new(client, namespace, &server);
-    Ok(client_timed(Arc::new(LeaseRecords { api, last_seen: Mutex::default() })))
-}
+/// Each lock's Lease as last read, written or watched: a replace starts from it, so that
+/// what peers put on the Lease (labels, annotations) is carried over.
+#[derive(Default)]
+pub(crate) struct LastSeen(Mutex<HashMap<String, Lease>>);
 
-impl LeaseRecords {
-    fn remember(&self, lock: &str, lease: &Lease) {
-        self.last_seen.lock().unwrap().insert(lock.to_string(), lease.clone());
+impl LastSeen {
+    /// The record and version of `lease`, now the last seen of `lock`.
+    fn found(&self, lock: &str, lease: Lease) -> Option<Found> {
+        let found = feed::found_of(&lease)?;
+        self.0.lock().unwrap().insert(lock.to_string(), lease);
+        Some(found)
     }
 
     /// The Lease to start a replace of `version` from: as last seen if that was this
     /// version, else a bare one (a peer's metadata is then lost, which only a client that
     /// writes without reading first would cause).
     fn base(&self, lock: &str, version: &Version) -> Lease {
-        let seen = self.last_seen.lock().unwrap().get(lock).cloned();
+        let seen = self.0.lock().unwrap().get(lock).cloned();
         seen.filter(|lease| lease::version_of(lease).as_ref() == Some(version))
             .unwrap_or_else(|| lease::new_lease(&names::lease_name(lock)))
     }
+}
 
+/// Open the store: the core over the Leases of the target's namespace. Nothing is asked of
+/// the server yet; a first request shows whether the cluster is reachable and lets us in.
+pub async fn open(target: &Target, _access: Access) -> Result<Box<dyn Store>> {
+    let (client, namespace, server) = connect::connect(target).await?;
+    let api = Arc::new(LeaseApi::new(client, namespace, &server));
+    Ok(client_timed(Arc::new(LeaseRecords { api, seen: Arc::default() })))
+}
+
+impl LeaseRecords {
     fn found(&self, lock: &str, lease: Lease) -> Option<Found> {
-        let version = lease::version_of(&lease)?;
-        self.remember(lock, &lease);
-        Some(Found { record: lease::record_of(&lease), version })
+        self.seen.found(lock, lease)
     }
 
     fn written(&self, lock: &str, lease: Option<Lease>) -> Written {
@@ -106,7 +114,7 @@ impl Records for LeaseRecords {
 
     async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Written> {
         let Some((resource_version, uid)) = lease::parts(version) else { return Ok(Written::Moved) };
-        let mut lease = lease::with_record(self.base(lock, version), lock, record);
+        let mut lease = lease::with_record(self.seen.base(lock, version), lock, record);
         lease.metadata.resource_version = Some(resource_version.to_string());
         lease.metadata.uid = Some(uid.to_string());
         let name = names::lease_name(lock);
@@ -130,5 +138,11 @@ impl Records for LeaseRecords {
         let name = names::lease_name(lock);
         let from = version.and_then(lease::parts).map(|(resource_version, _)| resource_version);
         super::watch_at_most(self.api.watch_once(&name, from, max_wait), max_wait).await
+    }
+
+    /// A watch kept open on the one Lease (`feed.rs`): a waiting standby then makes no
+    /// request but this while the holder renews.
+    async fn watch(&self, lock: &str, version: &Version) -> Result<Option<Feed>> {
+        feed::open(self.api.clone(), self.seen.clone(), lock, version).await.map(Some)
     }
 }
