@@ -284,3 +284,32 @@ async fn an_idle_standby_asks_nothing_but_its_watch() {
     assert!(gets <= 2, "{gets} reads while waiting through 5 renewals");
     assert_eq!(watches, 1, "one watch, kept open");
 }
+
+/// A kubeconfig whose user runs an exec credential plugin (as EKS, GKE and AKS logins do):
+/// the plugin's token is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_exec_credential_plugin_supplies_the_token() {
+    let h = kube().await;
+    let credential = format!(
+        r#"{{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{{"token":"{}"}}}}"#,
+        h.server.token()
+    );
+    let plugin = h.server.dir().join("credential-plugin.sh");
+    std::fs::write(&plugin, format!("#!/bin/sh\necho '{credential}'\n")).unwrap();
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let exec = format!(
+        "exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: {}\n      \
+         interactiveMode: Never",
+        plugin.display()
+    );
+    let text = std::fs::read_to_string(h.server.kubeconfig()).unwrap();
+    let with_exec = text.replace(&format!("token: {}", h.server.token()), &exec);
+    assert_ne!(text, with_exec, "the kubeconfig names the user's token");
+    let kubeconfig = h.server.dir().join("exec.kubeconfig");
+    std::fs::write(&kubeconfig, with_exec).unwrap();
+
+    let store = open_with("k8s://", &kubeconfig).await.expect("open with the exec plugin");
+    let lock = unique("exec");
+    won(&*store, &lock, "a", TTL).await;
+    assert_eq!(store.status(&lock).await.unwrap().holder.as_deref(), Some("a"));
+}
