@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::api::LeaseApi;
 use super::lease;
 use super::LastSeen;
-use crate::store::client_timed::{Found, Read, Version};
+use crate::store::client_timed::{Read, Version};
 
 /// How long one watch request lasts before the server ends it (the core then reopens
 /// it from the last version). Servers cap it anyway; client-go's reflectors ask about 5 min.
@@ -110,9 +110,4 @@ pub(super) async fn open(
     let task = FeedTask { api, seen, lock: lock.to_string(), name, version: version.clone(), tx };
     tokio::spawn(task.run(events));
     Ok(rx)
-}
-
-/// `Found` for a Lease that carries a version (every Lease the server sends does).
-pub(super) fn found_of(lease: &Lease) -> Option<Found> {
-    Some(Found { record: lease::record_of(lease), version: lease::version_of(lease)? })
 }

@@ -23,7 +23,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::store::client_timed::{Record, Version};
+use crate::store::client_timed::{Found, Record, Version};
 
 /// The prefix of every annotation leaderrun writes.
 const PREFIX: &str = "leaderrun.dev/";
@@ -91,6 +91,11 @@ pub(super) fn new_lease(name: &str) -> Lease {
 pub(super) fn version_of(lease: &Lease) -> Option<Version> {
     let (rv, uid) = (lease.metadata.resource_version.as_ref()?, lease.metadata.uid.as_ref()?);
     Some(Version(format!("{rv}/{uid}")))
+}
+
+/// The record and version of a Lease that carries a version (every Lease the server sends does).
+pub(super) fn found_of(lease: &Lease) -> Option<Found> {
+    Some(Found { record: record_of(lease), version: version_of(lease)? })
 }
 
 /// The resourceVersion and the uid of a version `version_of` made.

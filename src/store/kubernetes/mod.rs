@@ -51,7 +51,7 @@ pub(crate) struct LastSeen(Mutex<HashMap<String, Lease>>);
 impl LastSeen {
     /// The record and version of `lease`, now the last seen of `lock`.
     fn found(&self, lock: &str, lease: Lease) -> Option<Found> {
-        let found = feed::found_of(&lease)?;
+        let found = lease::found_of(&lease)?;
         self.0.lock().unwrap().insert(lock.to_string(), lease);
         Some(found)
     }
