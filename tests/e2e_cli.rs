@@ -507,6 +507,9 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         ("etcd parameter", "etcd://u:hunter2@127.0.0.1:1?cacrt=/ca.pem", vec!["?cacrt="]),
         ("nats bad value", "nats://u:hunter2@127.0.0.1:1?replicas=0", vec!["replicas"]),
         ("zookeeper parameter", "zk://u:hunter2@127.0.0.1:1/x?bogus=1", vec!["?bogus="]),
+        ("kubernetes parameter", "k8s://team?bogus=1", vec!["?bogus="]),
+        ("kubernetes bad namespace", "k8s://Team_A", vec!["namespace"]),
+        ("kubernetes URL with a host", "kubernetes://u:hunter2@127.0.0.1:1/ns", vec!["kubeconfig"]),
     ];
     // A store left out of this build is refused as such, with the same status.
     let compiled = |url: &str| match url.split(':').next() {
@@ -516,6 +519,7 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         Some("etcd") => cfg!(feature = "etcd"),
         Some("nats") => cfg!(feature = "nats"),
         Some("zk") => cfg!(feature = "zookeeper"),
+        Some("k8s" | "kubernetes") => cfg!(feature = "kubernetes"),
         _ => true,
     };
     let cases: Vec<_> = cases

@@ -28,6 +28,9 @@ pub enum StoreSpec {
     /// A ZooKeeper ensemble (`zk://host:2181[,host2:2181...][/path]`).
     #[cfg(feature = "zookeeper")]
     ZooKeeper(super::zookeeper::Target),
+    /// Kubernetes Leases (`k8s://[NAMESPACE]`, `kubernetes://`).
+    #[cfg(feature = "kubernetes")]
+    Kubernetes(super::kubernetes::Target),
 }
 
 /// Debug output shows the store as messages do: never a password.
@@ -60,6 +63,9 @@ impl StoreSpec {
             StoreSpec::Nats(_) => true,
             #[cfg(feature = "zookeeper")]
             StoreSpec::ZooKeeper(_) => false,
+            // Client-timed: no expiry on the server at all.
+            #[cfg(feature = "kubernetes")]
+            StoreSpec::Kubernetes(_) => false,
         }
     }
 }
@@ -89,11 +95,28 @@ pub const SCHEMES: &[&str] = &[
     "zk",
     #[cfg(feature = "zookeeper")]
     "zookeeper",
+    #[cfg(feature = "kubernetes")]
+    "k8s",
+    #[cfg(feature = "kubernetes")]
+    "kubernetes",
 ];
 
 /// Every scheme any build knows, to tell "not in this build" from "no such store".
-const ALL_SCHEMES: &[&str] =
-    &["postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd", "etcds", "nats", "zk", "zookeeper"];
+const ALL_SCHEMES: &[&str] = &[
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "redis",
+    "rediss",
+    "etcd",
+    "etcds",
+    "nats",
+    "zk",
+    "zookeeper",
+    "k8s",
+    "kubernetes",
+];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
 pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, String>) -> Result<StoreSpec, String> {
@@ -129,6 +152,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         "nats" => super::nats::Target::parse(url).map(StoreSpec::Nats),
         #[cfg(feature = "zookeeper")]
         "zk" | "zookeeper" => super::zookeeper::Target::parse(url).map(StoreSpec::ZooKeeper),
+        #[cfg(feature = "kubernetes")]
+        "k8s" | "kubernetes" => super::kubernetes::Target::parse(url).map(StoreSpec::Kubernetes),
         other if ALL_SCHEMES.contains(&other) => {
             return Err(format!("--store: this build of leaderrun has no {other}:// store (its cargo feature is off)"))
         }
@@ -193,6 +218,8 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::Nats(target) => Ok(Box::new(super::nats::NatsStore::open(target, access).await?)),
         #[cfg(feature = "zookeeper")]
         StoreSpec::ZooKeeper(target) => Ok(Box::new(super::zookeeper::ZooKeeperStore::open(target, access).await?)),
+        #[cfg(feature = "kubernetes")]
+        StoreSpec::Kubernetes(target) => super::kubernetes::open(target, access).await,
     }
 }
 
@@ -206,7 +233,8 @@ fn choose_crypto_provider() {
         feature = "redis",
         feature = "etcd",
         feature = "nats",
-        feature = "zookeeper"
+        feature = "zookeeper",
+        feature = "kubernetes"
     ))]
     {
         // Already chosen (a second open in the same process): fine.
@@ -244,6 +272,8 @@ pub fn describe(spec: &StoreSpec) -> String {
         StoreSpec::Nats(target) => target.shown.clone(),
         #[cfg(feature = "zookeeper")]
         StoreSpec::ZooKeeper(target) => target.shown.clone(),
+        #[cfg(feature = "kubernetes")]
+        StoreSpec::Kubernetes(target) => target.shown.clone(),
     }
 }
 

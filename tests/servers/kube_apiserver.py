@@ -387,6 +387,12 @@ DISCOVERY = {
 NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)$")
 
 
+class Server(ThreadingHTTPServer):
+    # socketserver's default backlog of 5 drops the SYNs of many clients connecting at once.
+    request_queue_size = 256
+    daemon_threads = True
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "leaderrun-test-apiserver"
@@ -636,8 +642,7 @@ def main():
 
     with open(args.token_file) as f:
         tokens = f.read().split()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", args.port), Handler)
     server.token, server.denied_token = tokens[0], tokens[1]
     server.verbose = args.verbose
     server.store = Store(os.path.join(args.state_dir, "state.json"), args.history)

@@ -22,6 +22,24 @@ use super::tls::Certs;
 /// The namespace the kubeconfig's context names.
 pub const NAMESPACE: &str = "leaderrun-test";
 
+/// The Python with PyPI's `kubernetes` client (37 or later: its LeaseLock). A venv of its
+/// own: the client needs python-dateutil 3, which moto's botocore (in the shared test-tools
+/// venv) refuses.
+pub fn elector_python() -> PathBuf {
+    if let Some(path) = std::env::var_os("LEADERRUN_KUBE_PYTHON") {
+        return PathBuf::from(path);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let python = home.join(".cache/leaderrun-test-tools/kube-venv/bin/python");
+    assert!(
+        python.is_file(),
+        "{} not found: python3 -m venv ~/.cache/leaderrun-test-tools/kube-venv && \
+         ~/.cache/leaderrun-test-tools/kube-venv/bin/pip install kubernetes (or run .ci/run)",
+        python.display()
+    );
+    python
+}
+
 pub struct KubeApiServer {
     dir: tempfile::TempDir,
     certs: Certs,
@@ -135,6 +153,15 @@ impl KubeApiServer {
         let out = self.kubectl(args);
         assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kube_elector.py` (the Python `kubernetes` client's leader elector) against this
+    /// server with the allowed token, in the context's namespace; `args` as it takes them.
+    pub fn python_elector(&self, args: &[&str]) -> Command {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/kube_elector.py");
+        let mut cmd = Command::new(elector_python());
+        cmd.arg(script).arg("--kubeconfig").arg(self.kubeconfig()).args(["--namespace", NAMESPACE]).args(args);
+        cmd
     }
 
     /// The running server process.
