@@ -181,7 +181,7 @@ fn parse_args() -> Result<Config, String> {
                 println!(
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
-                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper]"
+                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes]"
                 );
                 std::process::exit(0);
             }
