@@ -3,7 +3,7 @@
 //! single contender's network can be cut, reset or slowed.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
@@ -11,7 +11,8 @@ use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
 use crate::servers::{
-    etcd::Etcd, mariadb::Mariadb, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
+    etcd::Etcd, kubernetes::KubeApiServer, mariadb::Mariadb, nats::Nats, postgres::Postgres, redis::Redis,
+    zookeeper::ZooKeeper,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +24,7 @@ pub enum Kind {
     Etcd,
     Nats,
     ZooKeeper,
+    Kubernetes,
 }
 
 impl Kind {
@@ -35,8 +37,10 @@ impl Kind {
             "etcd" => Ok(Kind::Etcd),
             "nats" => Ok(Kind::Nats),
             "zookeeper" | "zk" => Ok(Kind::ZooKeeper),
+            "kubernetes" | "k8s" => Ok(Kind::Kubernetes),
             other => Err(format!(
-                "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper"
+                "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, \
+                 kubernetes"
             )),
         }
     }
@@ -50,11 +54,14 @@ enum Server {
     Etcd(Etcd),
     Nats(Nats),
     ZooKeeper(ZooKeeper),
+    Kubernetes(KubeApiServer),
 }
 
 pub struct Backend {
     server: Server,
     proxies: Vec<Proxy>,
+    /// Kubernetes: one kubeconfig per contender, naming its proxy as the API server.
+    kubeconfigs: Vec<PathBuf>,
 }
 
 impl Backend {
@@ -68,13 +75,37 @@ impl Backend {
             Kind::Etcd => Server::Etcd(Etcd::start()),
             Kind::Nats => Server::Nats(Nats::start()),
             Kind::ZooKeeper => Server::ZooKeeper(ZooKeeper::start()),
+            Kind::Kubernetes => Server::Kubernetes(KubeApiServer::start()),
         };
-        let mut backend = Self { server, proxies: Vec::new() };
+        let mut backend = Self { server, proxies: Vec::new(), kubeconfigs: Vec::new() };
         if let Some(port) = backend.port() {
             let target: SocketAddr = ([127, 0, 0, 1], port).into();
             backend.proxies = (0..contenders).map(|_| Proxy::start(target).expect("start a proxy")).collect();
         }
+        if let Server::Kubernetes(api) = &backend.server {
+            // The server's certificate names 127.0.0.1, whatever the port: only the port changes.
+            let text = std::fs::read_to_string(api.kubeconfig()).expect("read the kubeconfig");
+            let direct = format!("https://127.0.0.1:{}", api.port());
+            for (i, proxy) in backend.proxies.iter().enumerate() {
+                let path = dir.join(format!("kubeconfig-{i}"));
+                let through = text.replace(&direct, &format!("https://127.0.0.1:{}", proxy.port()));
+                std::fs::write(&path, through).expect("write a contender's kubeconfig");
+                backend.kubeconfigs.push(path);
+            }
+        }
         backend
+    }
+
+    /// The environment contender `i` (or, with `None`, `status` and `release`) runs with:
+    /// where the store takes its credentials and server from there (a kubeconfig).
+    pub fn env(&self, contender: Option<usize>) -> Vec<(String, PathBuf)> {
+        match &self.server {
+            Server::Kubernetes(api) => {
+                let file = contender.and_then(|i| self.kubeconfigs.get(i).cloned()).unwrap_or_else(|| api.kubeconfig());
+                vec![("KUBECONFIG".to_string(), file)]
+            }
+            _ => Vec::new(),
+        }
     }
 
     fn port(&self) -> Option<u16> {
@@ -86,6 +117,7 @@ impl Backend {
             Server::Etcd(e) => Some(e.port()),
             Server::Nats(n) => Some(n.port()),
             Server::ZooKeeper(z) => Some(z.port()),
+            Server::Kubernetes(api) => Some(api.port()),
         }
     }
 
@@ -99,6 +131,8 @@ impl Backend {
             Server::Etcd(e) => e.url(),
             Server::Nats(n) => n.url(),
             Server::ZooKeeper(z) => z.url(),
+            // The server is in the kubeconfig (`env`); the URL names the namespace.
+            Server::Kubernetes(_) => format!("k8s://{}", crate::servers::kubernetes::NAMESPACE),
         }
     }
 
@@ -130,6 +164,7 @@ impl Backend {
         let known = match &self.server {
             Server::Nats(n) => Some(n.pid()),
             Server::ZooKeeper(z) => Some(z.pid()),
+            Server::Kubernetes(api) => Some(api.pid()),
             _ => None,
         };
         if let Some(pid) = known {
@@ -190,6 +225,10 @@ impl Backend {
             Server::ZooKeeper(z) => restart_until_up(z.port(), || {
                 z.stop();
                 z.start_again()
+            }),
+            Server::Kubernetes(api) => restart_until_up(api.port(), || {
+                api.stop();
+                api.start_again()
             }),
         }
     }

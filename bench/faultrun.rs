@@ -172,12 +172,16 @@ fn parse_args() -> Result<Config, String> {
             "--gap-max" => c.gap_max = dur(it.next(), "--gap-max")?,
             "--keep" => c.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
             "--report" => c.report = Some(it.next().ok_or("--report needs a file")?.into()),
-            "--store" => c.store = Kind::parse(&it.next().ok_or("--store needs sqlite, postgres or mariadb")?)?,
+            "--store" => {
+                c.store = Kind::parse(&it.next().ok_or(
+                    "--store needs a store name (sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, kubernetes)",
+                )?)?
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
-                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper]"
+                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes]"
                 );
                 std::process::exit(0);
             }
@@ -228,6 +232,7 @@ impl Run {
         let mut cmd = Command::new(sibling("leaderrun"));
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(self.backend.env(Some(slot)))
             .arg("--store")
             .arg(self.backend.contender_url(slot))
             .args(["--lock", LOCK, "--wait", "--ttl"])
@@ -295,6 +300,7 @@ impl Run {
     fn holder(&self) -> Option<String> {
         let out = Command::new(sibling("leaderrun"))
             .env_clear()
+            .envs(self.backend.env(None))
             .args(["status", "--json", "--store", &self.backend.url(), "--lock", LOCK])
             .output()
             .ok()?;
@@ -366,6 +372,7 @@ impl Run {
             Fault::Release => {
                 let _ = Command::new(sibling("leaderrun"))
                     .env_clear()
+                    .envs(self.backend.env(None))
                     .args(["release", "--store", &self.backend.url(), "--lock", LOCK])
                     .stdout(Stdio::null())
                     .status();

@@ -72,7 +72,7 @@ those stores). A renewal that times out, fails or is ambiguous never moves it; o
 the time left before the stop signal gets a second request beside it. The child's process \
 group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
 lease is someone else's, --signal goes at once.",
-    "On a store with no server-side expiry (Kubernetes Leases) a standby takes a held lease only after it \
+    "On a store with no server-side expiry (Kubernetes Leases, S3 objects) a standby takes a held lease only after it \
 has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl, as the \
 record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
 most that long (or --timeout): a change means its holder is alive, and the run gives up.",
@@ -141,8 +141,12 @@ pub const STORES: &[(&str, &str)] = &[
          compare-and-sets on the key's last revision, the fencing token is the acquiring write's revision \
          (tokens grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key. The \
          value is the holder's identity, as Choria writes it: with /CHORIA_LEADER_ELECTION, Choria's tools show \
-         the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. A --ttl above \
-         a bucket's max age is refused (without --ttl, a run picks one within it). Needs jetstream { \
+         the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. In a bucket \
+         without per-message TTL (Choria's) leaderrun wins as Choria does: it waits one campaign interval \
+         (0.75 x max age) + 200 ms and confirms with an update before the child starts, and its --ttl is at \
+         most that interval + 200 ms, so evicted holders never overlap standbys; --min-hold is at most the max \
+         age. A --ttl that does not fit is refused (status 2; without --ttl, a run picks one that fits). Needs \
+         jetstream { \
          sync_interval: always } to keep acknowledged writes across a crash, and replicas=3 in a cluster; expiry \
          follows the server's wall clock.",
     ),
@@ -156,6 +160,22 @@ pub const STORES: &[(&str, &str)] = &[
          waiters watch the holder's child. user:pass is the digest scheme, with creator-only ACLs. --min-hold is \
          judged on wall clocks. Never delete the lock nodes by hand. TLS: ?tls=1&cacert=FILE (the \
          secureClientPort), and a client certificate from &cert=FILE&key=FILE.",
+    ),
+    (
+        "k8s://[NAMESPACE][?context=NAME]",
+        "Also kubernetes://. One coordination.k8s.io/v1 Lease per lock, written as client-go's LeaseLock writes \
+         it (holderIdentity, leaseDurationSeconds, acquireTime, renewTime, leaseTransitions; leaderrun's own \
+         fields in leaderrun.dev/ annotations), so kubectl and client-go electors see and respect it. The \
+         cluster and credentials are kubectl's: $KUBECONFIG or ~/.kube/config (its current context, or \
+         ?context=), else the pod's service account; the namespace is the context's (or the pod's) unless \
+         named. Writes carry the Lease's resourceVersion and uid; waiters watch the Lease. The API server \
+         expires nothing: a standby takes a held Lease only after seeing it unchanged for ttl*(1+2*drift) + \
+         margin on its own clock (after a crash, takeover takes that long from the last renewal it saw; a \
+         one-shot run that finds a Lease it has not seen before may watch it that long, bounded by --timeout), \
+         and at once when it was released. The fencing token is above every resourceVersion before the \
+         acquisition (an etcd revision: tokens grow but not by one). kubectl delete lease frees the lock at \
+         once; its holder notices at its next renewal. RBAC: get, list, watch, create and update on leases. A \
+         lock name that is not a valid object name becomes leaderrun-sha256-HEX, the name in an annotation.",
     ),
     (
         "s3://BUCKET[/PREFIX][?path-style=1]",
@@ -400,7 +420,7 @@ pub struct RunArgs {
     /// With --wait: give up after this long, exit with --conflict-exit-code. It bounds the
     /// whole wait, reaching the store included (a store still unreachable then exits 69).
     /// Without --wait it bounds how long a one-shot run watches a lease on a store with no
-    /// server-side expiry (Kubernetes) whose holder may have died: at most one ttl otherwise.
+    /// server-side expiry (Kubernetes, S3) whose holder may have died: at most one ttl otherwise.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TIMEOUT")]
     pub timeout: Option<Duration>,
 

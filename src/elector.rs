@@ -84,6 +84,16 @@ enum Stopping {
     Expiring,
 }
 
+/// Why a won write that had to be confirmed (`Acquire::Confirm`) gave no lease.
+enum Unconfirmed {
+    /// The confirming renewal found the lease gone: the campaign was lost.
+    Lost(Option<LockRecord>),
+    /// The confirming renewal failed or went unanswered: like a failed acquire.
+    Failed(StoreError),
+    /// The run ends here: a signal, or --timeout ran out during the cool-down.
+    Ended(Outcome),
+}
+
 /// A store call bounded in time: `Err(Elapsed)` when it did not answer in time.
 type Answer<T> = Result<crate::store::Result<T>, tokio::time::error::Elapsed>;
 type Pending<T> = Pin<Box<dyn Future<Output = Answer<T>> + Send>>;
@@ -182,6 +192,14 @@ impl Elector {
                     self.release(&lease, Duration::ZERO).await;
                     StoreError::unavailable("the store answered too slowly to grant a usable lease")
                 }
+                Ok(Ok(Acquire::Confirm { lease, after })) => match self.confirm(lease, after).await {
+                    Ok(confirmed) => return Ok(confirmed),
+                    Err(Unconfirmed::Lost(record)) if one_shot => return Err(Outcome::Conflict(record)),
+                    // Someone else's after all: campaign on (the next acquire sees who holds it).
+                    Err(Unconfirmed::Lost(_)) => continue,
+                    Err(Unconfirmed::Ended(outcome)) => return Err(outcome),
+                    Err(Unconfirmed::Failed(err)) => err,
+                },
                 Ok(Ok(Acquire::Held(record) | Acquire::Unproven { record, .. }))
                     if self.election.unique_identity
                         && record.holder.as_deref() == Some(&self.election.identity)
@@ -245,6 +263,71 @@ impl Elector {
                 return Err(Outcome::StoreFailed(failure));
             }
             backoff = (backoff * 2).min(timing.renew_every);
+        }
+    }
+
+    /// Wait out a store's cool-down after a won write (`Acquire::Confirm`), then confirm the
+    /// lease with a renewal: the way Choria's campaigners win, so that a leader evicted just
+    /// after its own renewal has noticed it (at its next one) before this run's child starts.
+    /// Returns the lease and the instant the confirming renewal was sent, which anchors the
+    /// deadline. A lease that will not be used is given back.
+    async fn confirm(&mut self, lease: Lease, after: Duration) -> Result<(Lease, Duration), Unconfirmed> {
+        let timing = self.timing();
+        let give_up = match self.election.mode {
+            Mode::Wait { until } => until,
+            // A one-shot run's --timeout bounds only its watch of a client-timed lease.
+            Mode::OneShot { .. } => None,
+        };
+        let ready = self.now() + after;
+        tracing::debug!(token = lease.token, cool_down = ?after, "won; confirming after the store's cool-down");
+        let clock = self.clock.clone();
+        let until = give_up.map_or(ready, |t| t.min(ready));
+        tokio::select! {
+            _ = async move { sleep_until(&*clock, until).await } => {}
+            Some(signal) = self.signals.recv() => {
+                self.give_back(&lease).await;
+                return Err(Unconfirmed::Ended(Outcome::Interrupted(signal)));
+            }
+        }
+        if self.now() < ready {
+            // --timeout ran out first: the turn never came.
+            self.give_back(&lease).await;
+            return Err(Unconfirmed::Ended(Outcome::Conflict(None)));
+        }
+        let sent = self.now();
+        let (store, held) = (self.store.clone(), lease.clone());
+        let renewal = timeout(timing.request_timeout(), async move { store.renew(&held, timing.ttl).await });
+        let answer = tokio::select! {
+            answer = renewal => answer,
+            Some(signal) = self.signals.recv() => {
+                self.give_back(&lease).await;
+                return Err(Unconfirmed::Ended(Outcome::Interrupted(signal)));
+            }
+        };
+        let failure = match answer {
+            Ok(Ok(Renew::Renewed)) => return Ok((lease, sent)),
+            Ok(Ok(Renew::Lost(record))) => {
+                tracing::debug!(token = lease.token, "the lease was lost during the cool-down");
+                return Err(Unconfirmed::Lost(record));
+            }
+            Ok(Err(err)) => err,
+            Err(_) => StoreError::unavailable(format!(
+                "the store did not confirm the lease within {}",
+                humantime::format_duration(timing.request_timeout())
+            )),
+        };
+        self.give_back(&lease).await;
+        Err(Unconfirmed::Failed(failure))
+    }
+
+    /// Best effort, briefly: free a lease this run won but will not use (its `release` leaves
+    /// a lease taken since by another alone).
+    async fn give_back(&self, lease: &Lease) {
+        let bound = self.timing().request_timeout().min(Duration::from_secs(1));
+        match timeout(bound, self.store.release(lease, Duration::ZERO)).await {
+            Ok(Ok(())) => tracing::debug!(token = lease.token, "gave the unused lease back"),
+            Ok(Err(err)) => tracing::debug!("could not give the unused lease back (it will expire): {err}"),
+            Err(_) => tracing::debug!("giving the unused lease back timed out (it will expire)"),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::elector::{Election, Elector, Mode, Outcome};
 use crate::exit;
 use crate::logging;
 use crate::store::url::{self, Access, StoreSpec};
-use crate::store::{validate_lock_name, LockRecord, Store};
+use crate::store::{validate_lock_name, ErrorKind, LockRecord, Store, StoreError};
 use crate::timing::{validate_timeout, Requested};
 
 /// Print one line naming the problem; return the status to exit with.
@@ -162,22 +162,33 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
             tracing::error!(%lock, child_status = exit.status(), "lease lost while the child ran ({why}); the child was stopped");
             exit::LEASE_LOST
         }
-        Outcome::StoreFailed(err) => fail(exit::STORE_UNAVAILABLE, err),
+        Outcome::StoreFailed(err) => fail(store_failure(&err), err),
         Outcome::StartFailed(err) => fail(err.status(), err),
     })
+}
+
+/// The exit status for a store error before the child started: 2 when the store's settings
+/// do not fit what was asked (a configuration error), else 69.
+fn store_failure(err: &StoreError) -> u8 {
+    if err.kind == ErrorKind::Unfit {
+        exit::USAGE
+    } else {
+        exit::STORE_UNAVAILABLE
+    }
 }
 
 /// Without --ttl, a store that keeps leases for less than the default (a ZooKeeper server's
 /// maxSessionTimeout, a NATS bucket's max age) gets the longest ttl that fits, with the other
 /// defaults scaled to it. An explicit --ttl is left for the store to accept or refuse.
 async fn fit_to_store(plan: &mut Plan, store: &dyn Store) -> Result<(), u8> {
+    fit_keep_to_store(plan, store).await?;
     if plan.requested.ttl.is_some() {
         return Ok(());
     }
     let asked = tokio::time::timeout(plan.election.timing.request_timeout(), store.longest_ttl()).await;
     let longest = match asked {
         Ok(Ok(longest)) => longest,
-        Ok(Err(err)) => return Err(fail(exit::STORE_UNAVAILABLE, err)),
+        Ok(Err(err)) => return Err(fail(store_failure(&err), err)),
         Err(_) => return Err(fail(exit::STORE_UNAVAILABLE, "the store did not say how long a lease it keeps")),
     };
     let Some(fitted) = longest.and_then(|longest| plan.requested.fit(longest)) else {
@@ -191,6 +202,39 @@ async fn fit_to_store(plan: &mut Plan, store: &dyn Store) -> Result<(), u8> {
         "the store keeps leases for less than the default --ttl: using the longest that fits"
     );
     plan.election.timing = timing;
+    Ok(())
+}
+
+/// A store that keeps a lock after its child exits for a limited time only (a NATS bucket
+/// without per-message TTL: its max age) caps the default --min-hold to it, and refuses a
+/// longer --min-hold given on the command line (status 2), which it could not keep in full.
+async fn fit_keep_to_store(plan: &mut Plan, store: &dyn Store) -> Result<(), u8> {
+    let keep = plan.election.timing.min_hold;
+    if keep.is_zero() {
+        return Ok(());
+    }
+    let asked = tokio::time::timeout(plan.election.timing.request_timeout(), store.longest_keep()).await;
+    let longest = match asked {
+        Ok(Ok(Some(longest))) if keep > longest => longest,
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(err)) => return Err(fail(store_failure(&err), err)),
+        Err(_) => return Err(fail(exit::STORE_UNAVAILABLE, "the store did not say how long it keeps a lock")),
+    };
+    let show = |d: Duration| humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string();
+    if plan.requested.min_hold.is_some() {
+        return Err(fail(
+            exit::USAGE,
+            format!(
+                "--min-hold {} is longer than this store keeps a lock after its child exits ({}: a NATS bucket \
+                 without per-message TTL keeps it for its max age); use --min-hold {} or less",
+                show(keep),
+                show(longest),
+                show(longest)
+            ),
+        ));
+    }
+    tracing::info!(min_hold = %show(longest), "the store keeps a lock for less than the default --min-hold: using the longest it keeps");
+    plan.election.timing.min_hold = longest;
     Ok(())
 }
 
@@ -332,6 +376,14 @@ async fn release(common: &CommonArgs, lock: &str, json: bool) -> anyhow::Result<
         format!("{out}\n")
     } else {
         match &before {
+            Some(LockRecord { holder, token, expires_in, campaigner: Some(campaigner), .. }) => format!(
+                "asked {} (token {token}) to release {lock:?}: it is another program's campaigner (a Choria leader), \
+                 which notices at its next renewal, within {}, and stops; the lock stays taken until its key \
+                 expires, in {}\n",
+                holder.as_deref().unwrap_or("-"),
+                short(campaigner.renews_every),
+                expires_in.map(short).unwrap_or_else(|| "-".into()),
+            ),
             Some(r) => format!(
                 "asked {} (token {}) to release {lock:?}: it stops its child at its next renewal, then frees the lock \
                  (at the latest when its lease expires, in {}); a lock only kept for --min-hold is free now\n",
@@ -371,6 +423,10 @@ struct Shown<'a> {
     holder: Option<&'a str>,
     fencing_token: u64,
     held_since: Option<String>,
+    /// For another program's campaigner (a Choria leader): its last renewal, since when it
+    /// holds the lock is not known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    renewed_at: Option<String>,
     expires_in_seconds: Option<f64>,
     release_requested: bool,
 }
@@ -383,6 +439,7 @@ impl<'a> From<&'a LockRecord> for Shown<'a> {
             holder: r.holder.as_deref(),
             fencing_token: r.token,
             held_since: r.held_since.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+            renewed_at: r.campaigner.map(|c| humantime::format_rfc3339_seconds(c.renewed_at).to_string()),
             expires_in_seconds: r.expires_in.map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
             release_requested: r.revoked,
         }
@@ -411,6 +468,17 @@ fn show_record(r: &LockRecord) -> String {
             "held since:  {} ({} ago)\n",
             humantime::format_rfc3339_seconds(since),
             short(Duration::from_secs(ago.as_secs()))
+        ));
+    }
+    if let Some(campaigner) = &r.campaigner {
+        // Its key keeps only its last write: when it was first taken is not known.
+        let ago = SystemTime::now().duration_since(campaigner.renewed_at).unwrap_or_default();
+        text.push_str(&format!(
+            "renewed at:  {} ({} ago; another program's campaigner, renewing every {}: the token is its last \
+             renewal's revision)\n",
+            humantime::format_rfc3339_seconds(campaigner.renewed_at),
+            short(Duration::from_secs(ago.as_secs())),
+            short(campaigner.renews_every)
         ));
     }
     if let Some(left) = r.expires_in {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv;
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, SOON, TTL};
+use conformance::{held, held_for, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::nats::{Nats, USER};
@@ -51,76 +51,149 @@ async fn a_client_rides_out_a_server_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn choria_sees_a_leaderrun_holder_and_leaderrun_sees_a_choria_leader() {
     let nt = nt().await;
-    let choria = nt.server.choria_bucket().await;
+    let choria = nt.server.choria_bucket_with_max_age(CHORIA_MAX_AGE).await;
     let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
     let store = open_url(&url, Access::Create).await.unwrap();
 
-    // leaderrun holds my_app: Choria's tools show it as the leader, its campaigners lose.
-    let lease = won(&*store, "my_app", "host-a leaderrun", Duration::from_secs(30)).await;
+    // leaderrun holds my_app (won as Choria wins: confirmed after the cool-down): Choria's tools
+    // show it as the leader, its campaigners lose.
+    let lease = won(&*store, "my_app", "host-a leaderrun", CHORIA_TTL).await;
     let value = choria.get("my_app").await.unwrap().expect("the key exists");
     assert_eq!(&value[..], b"host-a leaderrun", "the value is the holder identity, plain");
     assert!(choria.create("my_app", "choria-b".into()).await.is_err(), "a Choria campaigner must not win");
-    assert_eq!(store.renew(&lease, Duration::from_secs(30)).await.unwrap(), Renew::Renewed);
+    assert_eq!(store.renew(&lease, CHORIA_TTL).await.unwrap(), Renew::Renewed);
     assert_eq!(&choria.get("my_app").await.unwrap().unwrap()[..], b"host-a leaderrun");
+    let status = store.status("my_app").await.unwrap();
+    assert_eq!((status.token, status.campaigner), (lease.token, None), "a leaderrun holder keeps its token");
+    assert!(status.held_since.is_some());
 
     // Choria's evict (deleting the key) makes the holder stand down at its next renewal.
     choria.delete("my_app").await.unwrap();
-    assert_eq!(store.renew(&lease, Duration::from_secs(30)).await.unwrap(), Renew::Lost(None));
+    assert_eq!(store.renew(&lease, CHORIA_TTL).await.unwrap(), Renew::Lost(None));
     assert!(!store.status("my_app").await.unwrap().is_held());
 
     // A Choria leader shows as the holder and keeps leaderrun out.
     let revision = choria.create("my_app", "choria-c".into()).await.expect("Choria campaigns on a freed key");
     let status = store.status("my_app").await.unwrap();
     assert_eq!((status.holder.as_deref(), status.token), (Some("choria-c"), revision));
-    assert!(status.expires_in.is_some_and(|left| left <= Duration::from_secs(60)), "{status:?}");
-    held(&*store, "my_app", "host-d").await;
+    assert!(status.expires_in.is_some_and(|left| left <= CHORIA_MAX_AGE), "{status:?}");
+    // Its key keeps only its last write: shown as a renewal, not as when it was taken.
+    let campaigner = status.campaigner.expect("a Choria leader is another program's campaigner");
+    assert_eq!((status.held_since, campaigner.renews_every), (None, CHORIA_MAX_AGE.mul_f64(0.75)));
+    held_for(&*store, "my_app", "host-d", CHORIA_TTL).await;
     assert!(store.list().await.unwrap().iter().any(|r| r.lock == "my_app" && r.holder.as_deref() == Some("choria-c")));
 
     // Once Choria's leader lets go, leaderrun wins, with a larger token.
     choria.delete("my_app").await.unwrap();
-    let next = won(&*store, "my_app", "host-d", Duration::from_secs(30)).await;
+    let next = won(&*store, "my_app", "host-d", CHORIA_TTL).await;
     assert!(next.token > revision);
 }
 
+/// A Choria bucket with a small max age (Choria's smallest), so that a cool-down is short.
+const CHORIA_MAX_AGE: Duration = Duration::from_secs(4);
+/// A ttl that fits it (at most one campaign interval, 3 s, + 200 ms).
+const CHORIA_TTL: Duration = Duration::from_secs(3);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_ttl_above_the_buckets_max_age_is_refused() {
+async fn in_a_choria_bucket_a_win_is_confirmed_after_the_cool_down_and_an_evict_loses_it() {
+    let nt = nt().await;
+    let choria = nt.server.choria_bucket_with_max_age(CHORIA_MAX_AGE).await;
+    let store = open_url(&format!("{}/CHORIA_LEADER_ELECTION", nt.server.url()), Access::Create).await.unwrap();
+    let (lease, after) = match store.acquire("my_app", "a", CHORIA_TTL).await.unwrap() {
+        Acquire::Confirm { lease, after } => (lease, after),
+        other => panic!("a win in a Choria bucket must be confirmed: {other:?}"),
+    };
+    // One campaign interval (0.75 x max age, lengthened for clock drift) + Choria's 200 ms.
+    assert!(after > CHORIA_MAX_AGE.mul_f64(0.75) + Duration::from_millis(200) && after < CHORIA_MAX_AGE, "{after:?}");
+    held_for(&*store, "my_app", "b", CHORIA_TTL).await;
+    assert!(choria.create("my_app", "choria".into()).await.is_err(), "Choria sees the key taken");
+    // Evicted during the cool-down: the confirmation finds it lost.
+    choria.delete("my_app").await.unwrap();
+    assert!(matches!(store.renew(&lease, CHORIA_TTL).await.unwrap(), Renew::Lost(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_keep_in_a_choria_bucket_ends_for_leaderrun_when_asked() {
+    let nt = nt().await;
+    let choria = nt.server.choria_bucket_with_max_age(Duration::from_secs(60)).await;
+    let store = open_url(&format!("{}/CHORIA_LEADER_ELECTION", nt.server.url()), Access::Create).await.unwrap();
+    assert_eq!(store.longest_keep().await.unwrap(), Some(Duration::from_secs(60)));
+    let lease = match store.acquire("cron", "a", CHORIA_TTL).await.unwrap() {
+        Acquire::Confirm { lease, .. } => lease,
+        other => panic!("{other:?}"),
+    };
+    // Kept 1.5 s from the acquisition: the bucket keeps the entry for a minute, Choria's
+    // campaigners wait for that, leaderrun takes it over once the keep has passed.
+    store.release(&lease, Duration::from_millis(1500)).await.unwrap();
+    held(&*store, "cron", "b").await;
+    let started = std::time::Instant::now();
+    let next = loop {
+        match store.acquire("cron", "b", CHORIA_TTL).await.unwrap() {
+            Acquire::Confirm { lease, .. } => break lease,
+            Acquire::Won(lease) => panic!("won without a cool-down: {lease:?}"),
+            Acquire::Held(_) | Acquire::Unproven { .. } => assert!(started.elapsed() < SOON, "the keep never ended"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(next.token > lease.token);
+    assert!(choria.create("cron", "choria".into()).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ttl_that_does_not_fit_a_choria_bucket_is_refused_as_unfit() {
     let nt = nt().await;
     nt.server.choria_bucket().await;
     let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
     let store = open_url(&url, Access::Create).await.unwrap();
-    let err = store.acquire("my_app", "a", Duration::from_secs(90)).await.expect_err("90 s > 60 s max age");
-    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
-    assert!(err.message.contains("CHORIA_LEADER_ELECTION") && err.message.contains("1m 30s"), "{}", err.message);
-    assert!(err.message.contains("1m") && !err.message.contains('\n'), "{}", err.message);
-    assert!(!err.message.contains(nt.server.password()), "{}", err.message);
-    // Up to the max age is fine.
-    won(&*store, "my_app", "a", Duration::from_secs(60)).await;
+    // Max age 60 s: Choria campaigns every 45 s, a Choria standby starts 45.2 s after an evict.
+    assert_eq!(store.longest_ttl().await.unwrap(), Some(Duration::from_millis(45_200)));
+    for ttl in [Duration::from_secs(90), Duration::from_secs(60), Duration::from_millis(45_201)] {
+        let err = store.acquire("my_app", "a", ttl).await.expect_err("longer than Choria's interval + 200 ms");
+        assert_eq!(err.kind, ErrorKind::Unfit, "{}", err.message);
+        assert!(err.message.contains("CHORIA_LEADER_ELECTION") && err.message.contains("45s 200ms"), "{}", err.message);
+        assert!(!err.message.contains('\n') && !err.message.contains(nt.server.password()), "{}", err.message);
+    }
+    assert!(!store.status("my_app").await.unwrap().is_held(), "nothing was written");
+
+    // A bucket Choria itself would refuse (max age under 4 s: its interval would be too close).
+    let js = nt.server.jetstream().await;
+    let short =
+        kv::Config { bucket: "SHORT".into(), history: 1, max_age: Duration::from_secs(3), ..Default::default() };
+    js.create_key_value(short).await.unwrap();
+    let short = open_url(&format!("{}/SHORT", nt.server.url()), Access::Create).await.unwrap();
+    for err in
+        [short.acquire("x", "a", Duration::from_secs(1)).await.unwrap_err(), short.longest_ttl().await.unwrap_err()]
+    {
+        assert_eq!(err.kind, ErrorKind::Unfit, "{}", err.message);
+        assert!(err.message.contains("\"SHORT\"") && err.message.contains("from 4s to 1h"), "{}", err.message);
+    }
 
     // A bucket that never expires anything cannot hold leases.
-    let js = nt.server.jetstream().await;
     js.create_key_value(kv::Config { bucket: "FOREVER".into(), history: 1, ..Default::default() }).await.unwrap();
     let forever = open_url(&format!("{}/FOREVER", nt.server.url()), Access::Create).await.unwrap();
     let err = forever.acquire("x", "a", TTL).await.expect_err("no expiry");
-    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    assert_eq!(err.kind, ErrorKind::Unfit, "{}", err.message);
     assert!(err.message.contains("never expire"), "{}", err.message);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_longest_ttl_is_the_buckets_max_age() {
+async fn the_longest_ttl_is_one_choria_interval_and_200ms() {
     let nt = nt().await;
     let max_age = Duration::from_millis(4500);
     nt.server.choria_bucket_with_max_age(max_age).await;
     let store = open_url(&format!("{}/CHORIA_LEADER_ELECTION", nt.server.url()), Access::Create).await.unwrap();
-    assert_eq!(store.longest_ttl().await.unwrap(), Some(max_age));
-    // That long is kept; a ms longer the server would drop before the holder's deadline.
-    let lease = won(&*store, "my_app", "a", max_age).await;
-    assert_eq!(store.renew(&lease, max_age).await.unwrap(), Renew::Renewed);
-    let err = store.acquire("other", "a", max_age + Duration::from_millis(1)).await.expect_err("over the max age");
-    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
-    assert!(err.message.contains("max age") && !err.message.contains('\n'), "{}", err.message);
+    let longest = Duration::from_millis(3575); // 0.75 x 4.5 s + 200 ms
+    assert_eq!(store.longest_ttl().await.unwrap(), Some(longest));
+    // That long is kept; a ms longer a Choria standby could start before the holder's deadline.
+    let lease = won(&*store, "my_app", "a", longest).await;
+    assert_eq!(store.renew(&lease, longest).await.unwrap(), Renew::Renewed);
+    let err = store.acquire("other", "a", longest + Duration::from_millis(1)).await.expect_err("over the limit");
+    assert_eq!(err.kind, ErrorKind::Unfit, "{}", err.message);
+    assert!(err.message.contains("Choria standby") && !err.message.contains('\n'), "{}", err.message);
 
     // leaderrun's own bucket has per-message TTL and no max age: no limit.
-    assert_eq!(nt.open().await.longest_ttl().await.unwrap(), None);
+    let own = nt.open().await;
+    assert_eq!((own.longest_ttl().await.unwrap(), own.longest_keep().await.unwrap()), (None, None));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -234,7 +307,8 @@ async fn a_leaderrun_holder_and_a_choria_campaigner_never_both_win() {
     for i in 0..10 {
         let store = open_url(&url, Access::Create).await.unwrap();
         tasks.push(tokio::spawn(async move {
-            matches!(store.acquire("race", &format!("leaderrun-{i}"), TTL).await.unwrap(), Acquire::Won(_))
+            let acquired = store.acquire("race", &format!("leaderrun-{i}"), CHORIA_TTL).await.unwrap();
+            matches!(acquired, Acquire::Won(_) | Acquire::Confirm { .. })
         }));
     }
     for i in 0..10 {

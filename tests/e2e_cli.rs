@@ -507,6 +507,9 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         ("etcd parameter", "etcd://u:hunter2@127.0.0.1:1?cacrt=/ca.pem", vec!["?cacrt="]),
         ("nats bad value", "nats://u:hunter2@127.0.0.1:1?replicas=0", vec!["replicas"]),
         ("zookeeper parameter", "zk://u:hunter2@127.0.0.1:1/x?bogus=1", vec!["?bogus="]),
+        ("kubernetes parameter", "k8s://team?bogus=1", vec!["?bogus="]),
+        ("kubernetes bad namespace", "k8s://Team_A", vec!["namespace"]),
+        ("kubernetes URL with a host", "kubernetes://u:hunter2@127.0.0.1:1/ns", vec!["kubeconfig"]),
         ("s3 parameter", "s3://bucket/x?bogus=1", vec!["?bogus="]),
         ("s3 credentials in the URL", "s3://AKIAEXAMPLE:hunter2@bucket", vec!["AWS_ACCESS_KEY_ID"]),
     ];
@@ -518,6 +521,7 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         Some("etcd") => cfg!(feature = "etcd"),
         Some("nats") => cfg!(feature = "nats"),
         Some("zk") => cfg!(feature = "zookeeper"),
+        Some("k8s" | "kubernetes") => cfg!(feature = "kubernetes"),
         Some("s3") => cfg!(feature = "s3"),
         _ => true,
     };

@@ -42,6 +42,8 @@ pub struct MemoryStore {
     rows: Mutex<BTreeMap<String, Row>>,
     renew_behaviour: Mutex<Behaviour>,
     acquire_behaviour: Mutex<Behaviour>,
+    /// Answer a won acquire with `Acquire::Confirm` and this cool-down (as in a Choria bucket).
+    confirm_after: Mutex<Option<Duration>>,
     notify: Notify,
     /// Every call, for assertions: (clock reading, operation).
     pub calls: Mutex<Vec<(Duration, String)>>,
@@ -54,6 +56,7 @@ impl MemoryStore {
             rows: Mutex::new(BTreeMap::new()),
             renew_behaviour: Mutex::new(Behaviour::Normal),
             acquire_behaviour: Mutex::new(Behaviour::Normal),
+            confirm_after: Mutex::new(None),
             notify: Notify::new(),
             calls: Mutex::new(Vec::new()),
         }
@@ -65,6 +68,11 @@ impl MemoryStore {
 
     pub fn set_acquire(&self, behaviour: Behaviour) {
         *self.acquire_behaviour.lock().unwrap() = behaviour;
+    }
+
+    /// Make every won acquire from now on need confirming after `after` (None: won at once).
+    pub fn set_confirm(&self, after: Option<Duration>) {
+        *self.confirm_after.lock().unwrap() = after;
     }
 
     /// Hand the lock to `holder` behind the current holder's back (as after an expiry).
@@ -127,6 +135,7 @@ impl MemoryStore {
                 held_since: None,
                 expires_in: Some(r.expires - now),
                 revoked: r.revoked,
+                campaigner: None,
             },
             Some(r) => LockRecord { token: r.token, ..LockRecord::free(lock) },
             None => LockRecord::free(lock),
@@ -164,7 +173,11 @@ impl Store for MemoryStore {
                         kept: false,
                     },
                 );
-                Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token })
+                let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
+                match *self.confirm_after.lock().unwrap() {
+                    Some(after) => Acquire::Confirm { lease, after },
+                    None => Acquire::Won(lease),
+                }
             } else {
                 Acquire::Held(self.record(lock, current.as_ref()))
             }

@@ -12,6 +12,8 @@ use async_trait::async_trait;
 pub mod client_timed;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 #[cfg(test)]
 pub mod memory;
 #[cfg(feature = "mysql")]
@@ -56,6 +58,19 @@ pub struct LockRecord {
     /// `leaderrun release` asked the holder to stand down; the lock stays taken until the
     /// holder frees it (once its child is stopped) or the lease expires.
     pub revoked: bool,
+    /// The holder is another program's campaigner, not a leaderrun run (a Choria leader): its
+    /// record keeps only its last renewal, so `held_since` is unknown and `token` changes at
+    /// every renewal.
+    pub campaigner: Option<Campaigner>,
+}
+
+/// What a store knows of a holder that is another program's campaigner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Campaigner {
+    /// Wall-clock time of its last renewal (on the store's server), for display only.
+    pub renewed_at: SystemTime,
+    /// How often it renews: it notices that it lost the lock (a revoke, an evict) only then.
+    pub renews_every: Duration,
 }
 
 impl LockRecord {
@@ -65,7 +80,15 @@ impl LockRecord {
 
     /// A record for a lock the store has never seen.
     pub fn free(lock: &str) -> Self {
-        Self { lock: lock.to_string(), holder: None, token: 0, held_since: None, expires_in: None, revoked: false }
+        Self {
+            lock: lock.to_string(),
+            holder: None,
+            token: 0,
+            held_since: None,
+            expires_in: None,
+            revoked: false,
+            campaigner: None,
+        }
     }
 }
 
@@ -73,6 +96,13 @@ impl LockRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquire {
     Won(Lease),
+    /// The write won, but the lease may not be used yet: it is trusted only once a renewal
+    /// sent `after` from now succeeds (Choria's cool-down). A renewal that finds the lease
+    /// lost means the campaign was lost.
+    Confirm {
+        lease: Lease,
+        after: Duration,
+    },
     /// Someone else holds it (this record says who).
     Held(LockRecord),
     /// A client-timed store's first sight of a held record: whether its holder still
@@ -100,6 +130,9 @@ pub enum ErrorKind {
     Unavailable,
     /// Will not succeed if retried: bad credentials, no permission, unusable file.
     Refused,
+    /// The store's own settings do not fit what the run asked for (a --ttl longer than a
+    /// bucket keeps a lease): a configuration error, found before anything was written.
+    Unfit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,6 +148,9 @@ impl StoreError {
     }
     pub fn refused(message: impl Into<String>) -> Self {
         Self { kind: ErrorKind::Refused, message: message.into() }
+    }
+    pub fn unfit(message: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::Unfit, message: message.into() }
     }
     pub fn is_transient(&self) -> bool {
         self.kind == ErrorKind::Unavailable
@@ -176,6 +212,13 @@ pub trait Store: Send + Sync {
     /// server's maxSessionTimeout, a NATS bucket's max age). With no --ttl given, a run picks
     /// the longest default that fits under it.
     async fn longest_ttl(&self) -> Result<Option<Duration>> {
+        Ok(None)
+    }
+
+    /// The longest --min-hold this store can keep a lock for after its child exits, if it sets
+    /// a limit of its own (a NATS bucket without per-message TTL keeps a released entry for its
+    /// max age, no longer). A shorter default is capped to it; a longer --min-hold is refused.
+    async fn longest_keep(&self) -> Result<Option<Duration>> {
         Ok(None)
     }
 

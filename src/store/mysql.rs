@@ -344,6 +344,7 @@ fn record_from(lock: String, row: &MySqlRow) -> sqlx::Result<LockRecord> {
         held_since: live.then(|| UNIX_EPOCH + Duration::from_micros(since_us.max(0) as u64)),
         expires_in: live.then(|| Duration::from_micros(left_us as u64)),
         revoked: live && revoked,
+        campaigner: None,
     })
 }
 

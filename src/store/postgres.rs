@@ -466,6 +466,7 @@ fn record_from(row: &PgRow) -> LockRecord {
         held_since: live.then(|| UNIX_EPOCH + Duration::from_micros(acquired_us.max(0) as u64)),
         expires_in: live.then(|| Duration::from_micros(left_us as u64)),
         revoked: live && revoked,
+        campaigner: None,
     }
 }
 

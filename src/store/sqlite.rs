@@ -203,6 +203,7 @@ impl SqliteStore {
             held_since: live.then(|| UNIX_EPOCH + Duration::from_millis(acquired_unix_ms as u64)),
             expires_in: live.then(|| Duration::from_nanos(left as u64)),
             revoked: live && revoked != 0,
+            campaigner: None,
         };
         (record, live && kept != 0)
     }

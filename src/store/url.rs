@@ -28,6 +28,9 @@ pub enum StoreSpec {
     /// A ZooKeeper ensemble (`zk://host:2181[,host2:2181...][/path]`).
     #[cfg(feature = "zookeeper")]
     ZooKeeper(super::zookeeper::Target),
+    /// Kubernetes Leases (`k8s://[NAMESPACE]`, `kubernetes://`).
+    #[cfg(feature = "kubernetes")]
+    Kubernetes(super::kubernetes::Target),
     /// An S3 bucket (`s3://BUCKET[/PREFIX]`), or an S3-compatible server's.
     #[cfg(feature = "s3")]
     S3(super::s3::Target),
@@ -63,6 +66,9 @@ impl StoreSpec {
             StoreSpec::Nats(_) => true,
             #[cfg(feature = "zookeeper")]
             StoreSpec::ZooKeeper(_) => false,
+            // Client-timed: no expiry on the server at all.
+            #[cfg(feature = "kubernetes")]
+            StoreSpec::Kubernetes(_) => false,
             // Client-timed: no lease is judged on any server's clock.
             #[cfg(feature = "s3")]
             StoreSpec::S3(_) => false,
@@ -95,6 +101,10 @@ pub const SCHEMES: &[&str] = &[
     "zk",
     #[cfg(feature = "zookeeper")]
     "zookeeper",
+    #[cfg(feature = "kubernetes")]
+    "k8s",
+    #[cfg(feature = "kubernetes")]
+    "kubernetes",
     #[cfg(feature = "s3")]
     "s3",
 ];
@@ -112,6 +122,8 @@ const ALL_SCHEMES: &[&str] = &[
     "nats",
     "zk",
     "zookeeper",
+    "k8s",
+    "kubernetes",
     "s3",
 ];
 
@@ -149,6 +161,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         "nats" => super::nats::Target::parse(url).map(StoreSpec::Nats),
         #[cfg(feature = "zookeeper")]
         "zk" | "zookeeper" => super::zookeeper::Target::parse(url).map(StoreSpec::ZooKeeper),
+        #[cfg(feature = "kubernetes")]
+        "k8s" | "kubernetes" => super::kubernetes::Target::parse(url).map(StoreSpec::Kubernetes),
         #[cfg(feature = "s3")]
         "s3" => super::s3::Target::parse(url).map(StoreSpec::S3),
         other if ALL_SCHEMES.contains(&other) => {
@@ -215,6 +229,8 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::Nats(target) => Ok(Box::new(super::nats::NatsStore::open(target, access).await?)),
         #[cfg(feature = "zookeeper")]
         StoreSpec::ZooKeeper(target) => Ok(Box::new(super::zookeeper::ZooKeeperStore::open(target, access).await?)),
+        #[cfg(feature = "kubernetes")]
+        StoreSpec::Kubernetes(target) => super::kubernetes::open(target, access).await,
         #[cfg(feature = "s3")]
         StoreSpec::S3(target) => super::s3::open(target, access).await,
     }
@@ -231,6 +247,7 @@ fn choose_crypto_provider() {
         feature = "etcd",
         feature = "nats",
         feature = "zookeeper",
+        feature = "kubernetes",
         feature = "s3"
     ))]
     {
@@ -269,6 +286,8 @@ pub fn describe(spec: &StoreSpec) -> String {
         StoreSpec::Nats(target) => target.shown.clone(),
         #[cfg(feature = "zookeeper")]
         StoreSpec::ZooKeeper(target) => target.shown.clone(),
+        #[cfg(feature = "kubernetes")]
+        StoreSpec::Kubernetes(target) => target.shown.clone(),
         #[cfg(feature = "s3")]
         StoreSpec::S3(target) => target.shown.clone(),
     }

@@ -38,15 +38,31 @@ pub fn unique(name: &str) -> String {
 pub async fn won(store: &dyn Store, lock: &str, identity: &str, ttl: Duration) -> Lease {
     match store.acquire(lock, identity, ttl).await.expect("acquire") {
         Acquire::Won(lease) => lease,
+        Acquire::Confirm { lease, after } => confirmed(store, lease, after, ttl).await,
         Acquire::Held(record) | Acquire::Unproven { record, .. } => {
             panic!("{identity} expected to win {lock:?}, held by {:?}", record.holder)
         }
     }
 }
 
+/// A won write that must be confirmed (a Choria bucket): a win only once a renewal sent after
+/// the cool-down succeeds, as the elector does it.
+pub async fn confirmed(store: &dyn Store, lease: Lease, after: Duration, ttl: Duration) -> Lease {
+    tokio::time::sleep(after).await;
+    assert_eq!(store.renew(&lease, ttl).await.expect("confirm"), Renew::Renewed, "the cool-down lost {lease:?}");
+    lease
+}
+
 pub async fn held(store: &dyn Store, lock: &str, identity: &str) {
-    match store.acquire(lock, identity, TTL).await.expect("acquire") {
-        Acquire::Won(lease) => panic!("{identity} took {lock:?} (token {}) while it was held", lease.token),
+    held_for(store, lock, identity, TTL).await
+}
+
+/// `held`, asking for `ttl` (a store may not keep the suite's).
+pub async fn held_for(store: &dyn Store, lock: &str, identity: &str, ttl: Duration) {
+    match store.acquire(lock, identity, ttl).await.expect("acquire") {
+        Acquire::Won(lease) | Acquire::Confirm { lease, .. } => {
+            panic!("{identity} took {lock:?} (token {}) while it was held", lease.token)
+        }
         Acquire::Held(record) | Acquire::Unproven { record, .. } => {
             assert!(record.is_held(), "a refused acquire must report a holder: {record:?}")
         }
@@ -72,6 +88,7 @@ pub async fn exclusive_acquire_with_50_contenders(h: &dyn Harness) {
     for task in tasks {
         match task.await.expect("task").expect("no contender may see a store error") {
             Acquire::Won(lease) => winners.push(lease),
+            Acquire::Confirm { lease, .. } => panic!("the suite's stores win at once: {lease:?}"),
             Acquire::Held(record) | Acquire::Unproven { record, .. } => assert!(record.is_held()),
         }
     }

@@ -129,26 +129,39 @@ impl Nats {
         async_nats::jetstream::new(client)
     }
 
-    /// Choria's leader election bucket, created as Choria creates it: history 1, a max age
-    /// of 60 s (Choria's default lease), no per-message TTL.
+    /// Choria's leader election bucket, created as Choria's broker creates it: a max age of
+    /// 60 s (Choria's default lease), no per-message TTL.
     #[cfg(feature = "nats")]
     pub async fn choria_bucket(&self) -> async_nats::jetstream::kv::Store {
         self.choria_bucket_with_max_age(Duration::from_secs(60)).await
     }
 
-    /// Choria's leader election bucket with another max age (`choria kv add ... --ttl`).
+    /// Choria's leader election bucket with another max age (`plugin.choria.network.
+    /// stream.leader_election_ttl`), made as go-choria's broker makes the stream behind it
+    /// (`broker/network/network_jetstream.go`): one message per key, the max age, file storage,
+    /// discard new, deny delete, rollup and direct get allowed, messages of at most 1024 bytes.
     #[cfg(feature = "nats")]
     pub async fn choria_bucket_with_max_age(&self, max_age: Duration) -> async_nats::jetstream::kv::Store {
-        self.jetstream()
-            .await
-            .create_key_value(async_nats::jetstream::kv::Config {
-                bucket: "CHORIA_LEADER_ELECTION".into(),
-                history: 1,
-                max_age,
-                ..Default::default()
-            })
-            .await
-            .expect("create Choria's bucket")
+        use async_nats::jetstream::stream;
+        let js = self.jetstream().await;
+        js.create_stream(stream::Config {
+            name: "KV_CHORIA_LEADER_ELECTION".into(),
+            description: Some("Choria Leader Election Bucket".into()),
+            subjects: vec!["$KV.CHORIA_LEADER_ELECTION.>".into()],
+            max_messages_per_subject: 1,
+            max_age,
+            max_message_size: 1024,
+            storage: stream::StorageType::File,
+            discard: stream::DiscardPolicy::New,
+            deny_delete: true,
+            allow_rollup: true,
+            allow_direct: true,
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("create Choria's bucket");
+        js.get_key_value("CHORIA_LEADER_ELECTION").await.expect("open Choria's bucket")
     }
 
     pub fn port(&self) -> u16 {

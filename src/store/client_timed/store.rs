@@ -92,6 +92,7 @@ impl ClientTimed {
             held_since: record.acquired,
             expires_in: Some(ends.and_then(|end| end.duration_since(now).ok()).unwrap_or_default()),
             revoked: record.revoked,
+            campaigner: None,
         }
     }
 

@@ -216,6 +216,7 @@ impl EtcdStore {
                 held_since: Some(UNIX_EPOCH + Duration::from_millis(value.acquired_ms)),
                 expires_in: Some(left),
                 revoked: value.revoked,
+                campaigner: None,
             }),
             // Lapsed, and etcd is about to delete the key.
             None => Ok(LockRecord { token, ..LockRecord::free(lock) }),

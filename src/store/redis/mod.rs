@@ -275,6 +275,7 @@ fn record(fields: &[Value]) -> Option<LockRecord> {
         // -1: no expiry (never set by leaderrun, but possible if someone PERSISTed the key).
         expires_in: (left_ms >= 0).then(|| Duration::from_millis(left_ms as u64)),
         revoked: int(revoked)? == 1,
+        campaigner: None,
     })
 }
 

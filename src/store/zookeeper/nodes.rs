@@ -146,6 +146,7 @@ impl ZooKeeperStore {
             held_since: Some(UNIX_EPOCH + Duration::from_millis(value.acquired_ms)),
             expires_in: Some(expires_in),
             revoked: value.revoked,
+            campaigner: None,
         }
     }
 

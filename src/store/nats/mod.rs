@@ -47,13 +47,17 @@
 //! buckets leaderrun creates do), every write of a held lease carries `Nats-TTL` = ttl rounded
 //! UP to whole seconds (the server's granularity), and the server removes the entry that long
 //! after it stored it, leaving a marker that wakes watchers (`subject_delete_marker_ttl`).
-//! Otherwise (Choria's bucket: a bucket-wide max age, 60 s by default) the lease lasts the
-//! bucket's max age from its last write. A max age also caps a per-message TTL (the server
-//! removes a message at the earlier of the two), so a --ttl longer than the bucket's max
-//! age is refused: the server would drop the key before the holder's deadline (`longest_ttl`
-//! says so before, for a run that picks its own ttl). A --ttl shorter than it is safe, but a
-//! crashed holder's lease then lasts the max age, not ttl.
-//! A bucket with neither never expires anything, and is refused.
+//! A max age also caps a per-message TTL (the server removes a message at the earlier of the
+//! two), so a --ttl longer than the bucket's max age is refused.
+//! Otherwise (a Choria bucket: a bucket-wide max age, no per-message TTL) the entry lasts the
+//! bucket's max age from its last write, and leaderrun campaigns as Choria does (`choria.rs`):
+//! a win is `Acquire::Confirm`, trusted only after one campaign interval (0.75 × max age) +
+//! 200 ms and a successful update, and a --ttl is at most that interval + 200 ms, so that no
+//! evicted holder, Choria's or leaderrun's, overlaps a standby of either. A crashed holder's
+//! lease still lasts the max age. A --min-hold keep there lasts the max age from the release
+//! (more is refused); its `Leaderrun-Kept-Ms` lets leaderrun take it over when it ends.
+//! A bucket with neither never expires anything, and is refused. Refusals of a bucket or a
+//! ttl are `ErrorKind::Unfit`: configuration errors, found before anything is written.
 //!
 //! What is NOT guaranteed:
 //! - nats-server times TTLs and max ages from each message's timestamp, its WALL clock: a
@@ -62,12 +66,16 @@
 //!   `jetstream { sync_interval: always }`, else an acknowledged acquisition can be lost in a
 //!   crash of its host; in a cluster the bucket needs `?replicas=3` (or more) when created.
 //! - Deleting the key by hand (`nats kv del`, Choria's evict) frees the lock at once: the
-//!   holder stops its child at its next renewal, but a standby may start before that, unlike
-//!   with `leaderrun release`. That is Choria's semantics.
+//!   holder stops its child at its next renewal. In a Choria bucket a standby's cool-down
+//!   covers that; in leaderrun's own bucket a standby may start before it, unlike with
+//!   `leaderrun release`.
 //! - The bucket's settings are read once, when a run starts. leaderrun never creates
 //!   `CHORIA_LEADER_ELECTION` (Choria refuses a bucket without a max age): Choria does.
 //! - `held_since` and --min-hold use the acquiring host's wall clock; `expires_in` is the
-//!   entry's server timestamp plus its lifetime minus this host's clock: display only.
+//!   entry's server timestamp plus its lifetime minus this host's clock: display only. An
+//!   entry a Choria campaigner wrote (no leaderrun headers) keeps only its last write (history
+//!   1): it shows as `campaigner` (renewed at, every interval), its token is the revision of
+//!   that last write and changes at every tick, and when it was first taken is unknown.
 //! - After an expiry, or a delete by another tool, the marker left carries no token: `status`
 //!   then shows token 0 (the next acquisition's token is larger all the same).
 //!
@@ -75,7 +83,6 @@
 //! secrets replaced by `***`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream::Stream};
@@ -84,8 +91,16 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::timeout;
 
-use super::url::{parse_cluster_url, redact, switch, Access};
-use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use super::url::Access;
+use super::{Acquire, Campaigner, Lease, LockRecord, Renew, Result, Store, StoreError};
+use choria::Choria;
+use keys::{key_of, lock_of};
+use target::Auth;
+pub use target::Target;
+
+mod choria;
+mod keys;
+mod target;
 
 /// The bucket unless the URL has a path.
 pub const DEFAULT_BUCKET: &str = "leaderrun";
@@ -110,185 +125,13 @@ const ACQUIRED: &str = "Leaderrun-Acquired-Ms";
 const REVOKED: &str = "Leaderrun-Revoked";
 /// On the entry a release with --min-hold leaves: its child has exited, nobody renews it.
 const KEPT: &str = "Leaderrun-Kept";
+/// On such an entry: how long (ms) after it was written the keep ends. A bucket without
+/// per-message TTL keeps the entry for its max age; leaderrun takes it over once this passed.
+const KEPT_MS: &str = "Leaderrun-Kept-Ms";
 const EXPECTED: &str = "Nats-Expected-Last-Subject-Sequence";
 const TTL: &str = "Nats-TTL";
 const KV_OPERATION: &str = "KV-Operation";
 const MARKER_REASON: &str = "Nats-Marker-Reason";
-
-/// The parts of a `nats://` URL, parsed once while the command line is checked.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Target {
-    /// The URL without its password or token, for messages.
-    pub shown: String,
-    servers: Vec<String>,
-    auth: Auth,
-    bucket: String,
-    replicas: usize,
-    creds: Option<PathBuf>,
-    tls: bool,
-    tls_ca: Option<PathBuf>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-}
-
-#[derive(Clone, PartialEq, Eq)]
-enum Auth {
-    None,
-    User(String, String),
-    Token(String),
-}
-
-/// Shown as messages show the store: never the password or token.
-impl std::fmt::Debug for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Target({})", self.shown)
-    }
-}
-
-/// The user, never the password or token.
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Auth::None => write!(f, "None"),
-            Auth::User(user, _) => write!(f, "User({user:?}, ***)"),
-            Auth::Token(_) => write!(f, "Token(***)"),
-        }
-    }
-}
-
-impl Target {
-    /// Parse a `nats://` URL; the error is a bare reason, naming the part, and never the
-    /// password or token.
-    pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        let shown = redact(url);
-        let bad = |why: &str| why.to_string();
-        let expected = "expected nats://[user:pass@]host:4222[,host2:4222][/BUCKET]";
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(expected))?;
-        if !scheme.eq_ignore_ascii_case("nats") {
-            return Err(bad(expected));
-        }
-        let url = parse_cluster_url(rest, DEFAULT_PORT).map_err(|why| bad(&format!("{why} ({expected})")))?;
-        let auth = match url.userinfo {
-            Some((user, Some(_))) if user.is_empty() => return Err(bad("user:pass@ names no user")),
-            Some((user, Some(pass))) => Auth::User(user, pass),
-            Some((token, None)) if token.is_empty() => return Err(bad("token@ is empty")),
-            Some((token, None)) => Auth::Token(token),
-            None => Auth::None,
-        };
-        let mut target = Target {
-            shown,
-            servers: url.hosts.iter().map(|host| format!("nats://{host}")).collect(),
-            auth,
-            bucket: DEFAULT_BUCKET.to_string(),
-            replicas: 1,
-            creds: None,
-            tls: false,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-        };
-        let bucket = url.path;
-        if !bucket.is_empty() {
-            if !bucket.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-                return Err(bad(&format!("{bucket:?} is not a valid bucket name (letters, digits, '_' and '-')")));
-            }
-            target.bucket = bucket;
-        }
-        let (mut seen, mut tls) = (Vec::new(), None);
-        for (key, value) in &url.params {
-            if seen.contains(&key) {
-                return Err(format!("?{key}= is given twice"));
-            }
-            seen.push(key);
-            let file = || {
-                (!value.is_empty()).then(|| PathBuf::from(&value)).ok_or_else(|| bad(&format!("?{key}= needs a file")))
-            };
-            match key.as_str() {
-                "replicas" => {
-                    target.replicas = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=5).contains(n))
-                        .ok_or_else(|| bad(&format!("?replicas={value} is not a number from 1 to 5")))?
-                }
-                "creds" => target.creds = Some(file()?),
-                "tls" => tls = Some(switch(key, value)?),
-                "tlsca" => target.tls_ca = Some(file()?),
-                "tlscert" => target.tls_cert = Some(file()?),
-                "tlskey" => target.tls_key = Some(file()?),
-                // A misspelt TLS parameter must not silently leave TLS off.
-                _ => {
-                    return Err(bad(&format!(
-                        "unknown parameter ?{key}= (known: replicas, creds, tls, tlsca, tlscert, tlskey)"
-                    )))
-                }
-            }
-        }
-        if target.tls_cert.is_some() != target.tls_key.is_some() {
-            return Err(bad("?tlscert= and ?tlskey= go together"));
-        }
-        let files = target.tls_ca.is_some() || target.tls_cert.is_some();
-        if files && tls == Some(false) {
-            return Err(bad("?tlsca=, ?tlscert= and ?tlskey= are for TLS, which ?tls=0 turns off"));
-        }
-        target.tls = tls.unwrap_or(false) || files;
-        Ok(target)
-    }
-}
-
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-fn base64url(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
-fn unbase64url(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    for chunk in text.as_bytes().chunks(4) {
-        if chunk.len() == 1 {
-            return None;
-        }
-        let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            n |= (B64.iter().position(|b| b == c)? as u32) << (18 - 6 * i);
-        }
-        for i in 0..chunk.len() - 1 {
-            out.push((n >> (16 - 8 * i)) as u8);
-        }
-    }
-    Some(out)
-}
-
-/// The KV key of a lock name: verbatim if it is a valid key not starting with `=`, else
-/// `=` + base64url (no padding) of its UTF-8. Injective: `=` starts only encoded keys.
-fn key_of(lock: &str) -> String {
-    let plain = !lock.is_empty()
-        && !lock.starts_with(['=', '.'])
-        && !lock.ends_with('.')
-        && !lock.contains("..")
-        && lock.bytes().all(|b| b.is_ascii_alphanumeric() || b"-/_=.".contains(&b));
-    if plain {
-        lock.to_string()
-    } else {
-        format!("={}", base64url(lock.as_bytes()))
-    }
-}
-
-/// The lock name of a KV key (a key leaderrun did not encode is shown as it is).
-fn lock_of(key: &str) -> String {
-    key.strip_prefix('=')
-        .and_then(unbase64url)
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .filter(|lock| key_of(lock) == key)
-        .unwrap_or_else(|| key.to_string())
-}
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -337,6 +180,8 @@ struct Entry {
     revoked: bool,
     /// Left by a release with --min-hold (`Leaderrun-Kept`).
     kept: bool,
+    /// `Leaderrun-Kept-Ms`: the keep ends that long after `written`.
+    kept_ms: Option<u64>,
     /// `Nats-TTL`, in seconds.
     ttl_secs: Option<u64>,
     /// The server's timestamp of the message.
@@ -360,6 +205,7 @@ impl Entry {
             acquired_ms: get(ACQUIRED).and_then(|t| t.parse().ok()),
             revoked: get(REVOKED).is_some_and(|v| v == "1"),
             kept: get(KEPT).is_some_and(|v| v == "1"),
+            kept_ms: get(KEPT_MS).and_then(|t| t.parse().ok()),
             ttl_secs: get(TTL).and_then(|t| t.parse().ok()),
             written: UNIX_EPOCH + Duration::from_nanos(nanos),
         }
@@ -384,6 +230,23 @@ struct Bucket {
     kv: kv::Store,
     allow_ttl: bool,
     max_age: Duration,
+    /// Without per-message TTL: Choria's campaign in it, or why Choria refuses the bucket.
+    choria: Option<std::result::Result<Choria, String>>,
+}
+
+impl Bucket {
+    /// Choria's campaign, in a bucket that has no per-message TTL but a max age.
+    fn choria(&self) -> Option<Choria> {
+        self.choria.as_ref().and_then(|c| c.as_ref().ok()).copied()
+    }
+
+    /// Whether the keep (--min-hold) recorded on a kept entry has ended, in a bucket that
+    /// cannot expire the entry then by itself: the server's timestamp of the entry plus the
+    /// keep, against this host's wall clock (a cron convenience, not a safety rule).
+    fn keep_ended(&self, entry: &Entry) -> bool {
+        let ends = entry.kept_ms.map(|ms| entry.written + Duration::from_millis(ms));
+        !self.allow_ttl && entry.kept && ends.is_some_and(|ends| ends <= SystemTime::now())
+    }
 }
 
 pub struct NatsStore {
@@ -563,7 +426,8 @@ impl NatsStore {
             use_jetstream_prefix: false,
             stream: stream.clone(),
         };
-        let bucket = Bucket { stream, kv, allow_ttl: info.allow_message_ttl, max_age: info.max_age };
+        let choria = (!info.allow_message_ttl && !info.max_age.is_zero()).then(|| Choria::for_max_age(info.max_age));
+        let bucket = Bucket { stream, kv, allow_ttl: info.allow_message_ttl, max_age: info.max_age, choria };
         Ok(Some(self.bucket.get_or_init(|| async { bucket }).await))
     }
 
@@ -583,18 +447,31 @@ impl NatsStore {
         };
     }
 
-    /// Refuse a ttl the bucket cannot keep: longer than its max age, or no expiry at all.
+    /// Refuse, before anything is written, a bucket that cannot hold leases (no expiry at all,
+    /// or a Choria bucket whose max age Choria itself refuses) and a ttl that does not fit it:
+    /// configuration errors.
     fn check_ttl(&self, bucket: &Bucket, ttl: Duration) -> Result<()> {
         let name = &self.bucket_name;
         if !bucket.allow_ttl && bucket.max_age.is_zero() {
-            return Err(StoreError::refused(format!(
+            return Err(StoreError::unfit(format!(
                 "nats store {}: bucket {name:?} has neither per-message TTL nor a max age, so a lease in it would \
                  never expire; give it a max age, or use a bucket leaderrun creates",
                 self.shown
             )));
         }
+        match &bucket.choria {
+            Some(Err(why)) => {
+                return Err(StoreError::unfit(format!("nats store {}: bucket {name:?} {why}", self.shown)))
+            }
+            Some(Ok(choria)) => {
+                if let Some(why) = choria.refuse_ttl(name, ttl) {
+                    return Err(StoreError::unfit(format!("nats store {}: {why}", self.shown)));
+                }
+            }
+            None => {}
+        }
         if !bucket.max_age.is_zero() && ttl > bucket.max_age {
-            return Err(StoreError::refused(format!(
+            return Err(StoreError::unfit(format!(
                 "nats store {}: --ttl {} is longer than the max age ({}) of bucket {name:?}, which would drop the \
                  lease before its holder's deadline; use a --ttl of {} or less",
                 self.shown,
@@ -675,10 +552,24 @@ impl NatsStore {
         if entry.gone {
             return LockRecord { token: if entry.has_token { entry.token } else { 0 }, ..LockRecord::free(lock) };
         }
+        if bucket.keep_ended(entry) {
+            // Only kept for --min-hold, and that has passed: free for leaderrun (the bucket
+            // drops the entry at its max age, which Choria's campaigners wait for).
+            return LockRecord { token: entry.token, ..LockRecord::free(lock) };
+        }
         let lifetime = match (bucket.allow_ttl, entry.ttl_secs) {
             (true, Some(secs)) if bucket.max_age.is_zero() => Some(Duration::from_secs(secs)),
             (true, Some(secs)) => Some(Duration::from_secs(secs).min(bucket.max_age)),
+            _ if entry.kept && entry.kept_ms.is_some() => {
+                entry.kept_ms.map(|ms| Duration::from_millis(ms).min(bucket.max_age))
+            }
             _ => Some(bucket.max_age).filter(|age| !age.is_zero()),
+        };
+        // No leaderrun headers: another program's campaigner (Choria), whose key keeps only its
+        // last write: when it was first taken is not known, and the revision is its last renewal's.
+        let campaigner = match (entry.acquired_ms, bucket.choria()) {
+            (None, Some(choria)) => Some(Campaigner { renewed_at: entry.written, renews_every: choria.interval }),
+            _ => None,
         };
         let expires_in =
             lifetime.map(|life| (entry.written + life).duration_since(SystemTime::now()).unwrap_or_default());
@@ -686,9 +577,13 @@ impl NatsStore {
             lock: lock.to_string(),
             holder: Some(entry.holder.clone()),
             token: entry.token,
-            held_since: Some(entry.acquired_ms.map_or(entry.written, |ms| UNIX_EPOCH + Duration::from_millis(ms))),
+            held_since: match campaigner {
+                Some(_) => None,
+                None => Some(entry.acquired_ms.map_or(entry.written, |ms| UNIX_EPOCH + Duration::from_millis(ms))),
+            },
             expires_in,
             revoked: entry.revoked,
+            campaigner,
         }
     }
 
@@ -722,7 +617,7 @@ impl Store for NatsStore {
             let entry = self.read(bucket, lock).await?;
             let expected = match &entry {
                 None => 0,
-                Some(e) if e.gone => e.seq,
+                Some(e) if e.gone || bucket.keep_ended(e) => e.seq,
                 Some(e) => return Ok(Acquire::Held(self.record(bucket, lock, Some(e)))),
             };
             // The token is this message's own sequence: no token header on the first write.
@@ -731,7 +626,11 @@ impl Store for NatsStore {
             if let Some(token) = self.publish("acquire", lock, expected, headers, identity).await? {
                 let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
                 self.remember(&lease, Some(Written { seq: token, acquired_ms }));
-                return Ok(Acquire::Won(lease));
+                return Ok(match bucket.choria() {
+                    // As a Choria campaigner wins: trusted only after the cool-down and an update.
+                    Some(choria) => Acquire::Confirm { lease, after: choria.cool_down() },
+                    None => Acquire::Won(lease),
+                });
             }
         }
         Err(StoreError::unavailable(format!("nats store {}: lock {lock:?} kept changing during acquire", self.shown)))
@@ -789,6 +688,7 @@ impl Store for NatsStore {
                 // longer renews.
                 let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired, Some(left));
                 headers.insert(KEPT, "1");
+                headers.insert(KEPT_MS, (left.as_millis() as u64).to_string());
                 if entry.revoked {
                     headers.insert(REVOKED, "1");
                 }
@@ -871,14 +771,29 @@ impl Store for NatsStore {
         Err(StoreError::unavailable(format!("nats store {}: lock {lock:?} kept changing during revoke", self.shown)))
     }
 
-    /// The bucket's max age, which `check_ttl` holds every ttl to (it caps a per-message TTL
-    /// too). None without one: per-message TTL sets no limit, and a bucket with neither cannot
-    /// hold a lease at all (acquire says so).
+    /// The longest ttl `check_ttl` lets through: in a Choria bucket one campaign interval +
+    /// 200 ms, else the bucket's max age (it caps a per-message TTL too). None without a max
+    /// age: per-message TTL sets no limit. A bucket that cannot hold leases is refused here.
     async fn longest_ttl(&self) -> Result<Option<Duration>> {
         let Some(bucket) = self.bucket().await? else {
             return Ok(None);
         };
-        Ok(Some(bucket.max_age).filter(|age| !age.is_zero()))
+        if let Some(Err(why)) = &bucket.choria {
+            return Err(StoreError::unfit(format!("nats store {}: bucket {:?} {why}", self.shown, self.bucket_name)));
+        }
+        Ok(match bucket.choria() {
+            Some(choria) => Some(choria.longest_ttl()),
+            None => Some(bucket.max_age).filter(|age| !age.is_zero()),
+        })
+    }
+
+    /// Without per-message TTL, a kept entry lasts the bucket's max age from the release, no
+    /// longer: a keep (counted from the acquisition) up to that is kept in full.
+    async fn longest_keep(&self) -> Result<Option<Duration>> {
+        let Some(bucket) = self.bucket().await? else {
+            return Ok(None);
+        };
+        Ok((!bucket.allow_ttl).then_some(bucket.max_age).filter(|age| !age.is_zero()))
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
@@ -889,83 +804,6 @@ impl Store for NatsStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls() {
-        let t = |u: &str| Target::parse(u).unwrap();
-        let one = t("nats://h:1234");
-        assert_eq!(
-            (one.servers, one.auth, one.bucket),
-            (vec!["nats://h:1234".to_string()], Auth::None, DEFAULT_BUCKET.into())
-        );
-        let two = t("nats://u:p%40ss@a,b:2/CHORIA_LEADER_ELECTION?replicas=3");
-        assert_eq!(two.servers, vec!["nats://a:4222", "nats://b:2"]);
-        assert_eq!(two.auth, Auth::User("u".into(), "p@ss".into()));
-        assert_eq!((two.bucket.as_str(), two.replicas, two.tls), ("CHORIA_LEADER_ELECTION", 3, false));
-        let tls = t("nats://s3cret@h?tlsca=/ca.pem&tlscert=/c.pem&tlskey=/k.pem&creds=/u.creds");
-        assert_eq!(tls.auth, Auth::Token("s3cret".into()));
-        assert!(tls.tls && tls.tls_ca.is_some() && tls.tls_cert.is_some() && tls.creds.is_some());
-        assert!(t("nats://h?tls=1").tls);
-        assert!(Target::parse("nats://a,,b").is_err());
-        assert!(Target::parse("nats://h/bad.bucket").is_err());
-        assert!(Target::parse("nats://h?replicas=0").is_err());
-        assert!(Target::parse("nats://h?tlscert=/c.pem").is_err());
-        assert!(Target::parse("nats:h").is_err());
-        assert!(Target::parse("nats://h?tls_ca=/ca.pem").unwrap_err().contains("unknown parameter ?tls_ca="));
-    }
-
-    #[test]
-    fn every_parameter_is_checked() {
-        let (t, err) = (|u: &str| Target::parse(u).unwrap(), |u: &str| Target::parse(u).unwrap_err());
-        assert_eq!(err("nats://h?tls=on"), "?tls=on is not 1, true, 0 or false");
-        assert!(t("nats://h?tls").tls, "a bare ?tls is yes");
-        assert_eq!(err("nats://h?replicas=3&replicas=1"), "?replicas= is given twice");
-        assert_eq!(err("nats://h?replicas=0"), "?replicas=0 is not a number from 1 to 5");
-        assert_eq!(err("nats://h?creds="), "?creds= needs a file");
-        assert_eq!(
-            err("nats://h?tls=0&tlsca=/ca.pem"),
-            "?tlsca=, ?tlscert= and ?tlskey= are for TLS, which ?tls=0 turns off"
-        );
-        assert_eq!(err("nats://:hunter2@h"), "user:pass@ names no user");
-        assert_eq!(err("nats://@h"), "token@ is empty");
-        assert!(!t("nats://h?tls=false").tls && t("nats://h?tls=TRUE").tls && t("nats://h?tlsca=/ca").tls);
-    }
-
-    #[test]
-    fn debug_never_shows_the_password_or_token() {
-        for url in ["nats://u:hunter2@h/B", "nats://hunter2@h"] {
-            let target = Target::parse(url).unwrap();
-            let shown = format!("{target:?} {:?}", target.auth);
-            assert!(!shown.contains("hunter2") && shown.contains("***"), "{shown}");
-        }
-    }
-
-    #[test]
-    fn secrets_are_masked() {
-        assert_eq!(redact("nats://u:hunter2@h:4222/B"), "nats://u:***@h:4222/B");
-        assert_eq!(redact("nats://hunter2@h:4222"), "nats://***@h:4222");
-        assert_eq!(redact("nats://h:4222?creds=/x"), "nats://h:4222?creds=/x");
-    }
-
-    #[test]
-    fn keys() {
-        for lock in ["my_app", "nightly-report", "a/b.c=d", "x"] {
-            assert_eq!(key_of(lock), lock);
-        }
-        let awkward = ["", "=x", ".x", "x.", "a..b", "with space", "ünï", "*", ">", "a\\b", "%_", &"é".repeat(255)];
-        for lock in awkward {
-            let key = key_of(lock);
-            assert!(key.starts_with('=') && key[1..].bytes().all(|b| B64.contains(&b)), "{lock:?} -> {key:?}");
-            assert_eq!(lock_of(&key), lock);
-        }
-        assert_eq!(lock_of("=not base64!"), "=not base64!");
-        assert_eq!(lock_of("plain"), "plain");
-        for n in 0..10 {
-            let bytes: Vec<u8> = (0..n).map(|i| (i * 37 + 200) as u8).collect();
-            assert_eq!(unbase64url(&base64url(&bytes)).unwrap(), bytes);
-        }
-        assert_eq!(base64url(b"hello?"), "aGVsbG8_");
-    }
 
     #[test]
     fn ttls_round_up() {
