@@ -363,7 +363,7 @@ impl LockArg {
 pub struct CommonArgs {
     /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
     /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379,
-    /// nats://user:pass@host:4222/BUCKET, zk://host:2181; see STORES.
+    /// nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX; see STORES.
     ///
     /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),
