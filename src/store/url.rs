@@ -147,7 +147,7 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
             if path.is_empty() || path.ends_with('/') {
                 return Err(format!("--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"));
             }
-            return Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false });
+            Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false })
         }
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => super::postgres::Target::parse(url).map(StoreSpec::Postgres),
