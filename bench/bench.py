@@ -204,6 +204,38 @@ def start_zookeeper(d: Path, procs: "Procs") -> dict:
         time.sleep(0.2)
 
 
+def start_kubernetes(d: Path, procs: "Procs") -> dict:
+    """The tests' Kubernetes API server (tests/servers/kube_apiserver.py) over TLS, and a
+    kubeconfig for it in KUBECONFIG, which every process started afterwards inherits."""
+    port, token = free_port(), uuid.uuid4().hex
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl = lambda *args: subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=leaderrun-bench-ca")
+    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=leaderrun-bench-server")
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.crt", "-days", "2", "-extfile", "server.ext")
+    (d / "state").mkdir()
+    (d / "tokens").write_text(f"{token}\ndenied-{uuid.uuid4().hex}\n")
+    server = procs.spawn([sys.executable, ROOT / "tests/servers/kube_apiserver.py", f"--port={port}",
+                          "--state-dir", d / "state", "--cert", d / "server.crt", "--key", d / "server.key",
+                          "--token-file", d / "tokens"])
+    wait_for_port(port, server, "the test Kubernetes API server")
+    kubeconfig = d / "kubeconfig"
+    kubeconfig.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: https://127.0.0.1:{port}\n"
+        f"    certificate-authority: {d / 'ca.crt'}\nusers:\n- name: bench\n  user:\n    token: {token}\n"
+        "contexts:\n- name: bench\n  context:\n    cluster: bench\n    user: bench\n    namespace: bench\n"
+        "current-context: bench\n")
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    return {"port": port, "server": server}
+
+
+def stop_kubernetes(info: dict) -> None:
+    os.environ.pop("KUBECONFIG", None)
+    stop_server(info)
+
+
 def wait_for_port(port: int, server: subprocess.Popen, name: str) -> None:
     deadline = time.monotonic() + 30
     while True:
@@ -235,6 +267,9 @@ STORES: list[Store] = [
           start=start_nats, stop=stop_server, note="NATS 2.15 JetStream KV on loopback, sync_interval always, KV watch"),
     Store("zookeeper", url=lambda s: f"zk://127.0.0.1:{s.info['port']}",
           start=start_zookeeper, stop=stop_server, note="ZooKeeper 3.8 on loopback (tickTime 500 ms), node watch"),
+    Store("kubernetes", url=lambda s: "k8s://bench", start=start_kubernetes, stop=stop_kubernetes,
+          note="the tests' Kubernetes API server (Python, tests/servers/kube_apiserver.py) over TLS on loopback, "
+               "a Lease watch; no real API server"),
 ]
 
 

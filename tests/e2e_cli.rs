@@ -540,10 +540,12 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
     }
     // A server clock skew that eats the whole lease, on a store that judges expiry on its
     // servers' wall clocks: refused before anything connects.
-    let mut cmd = sb.bare();
-    let url = "postgres://u:hunter2@127.0.0.1:1/db";
-    cmd.args(["--store", url, "--lock", "b", "--ttl", "2s", "--server-clock-skew", "2s", "--", "true"]);
-    assert_refused(&sb.output(cmd), 2, "server clock skew as long as the ttl", &["--server-clock-skew"]);
+    if cfg!(feature = "postgres") {
+        let mut cmd = sb.bare();
+        let url = "postgres://u:hunter2@127.0.0.1:1/db";
+        cmd.args(["--store", url, "--lock", "b", "--ttl", "2s", "--server-clock-skew", "2s", "--", "true"]);
+        assert_refused(&sb.output(cmd), 2, "server clock skew as long as the ttl", &["--server-clock-skew"]);
+    }
     // The same URL from the environment: refused, and never shown, not even by --help.
     let mut cmd = sb.bare();
     cmd.args(["--lock", "b", "--", "true"]).env("LEADERRUN_STORE", "foo://user:hunter2@host/x");

@@ -136,19 +136,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
     let Some((scheme, rest)) = url.split_once(':') else {
         return Err(format!("--store {shown:?} is not a URL (expected e.g. sqlite:///path/to/file.db)"));
     };
-    let parsed: Result<StoreSpec, String> = match scheme.to_ascii_lowercase().as_str() {
-        "sqlite" => {
-            // sqlite:///abs/path, sqlite://rel/path and sqlite:path all name a file.
-            let path = rest.strip_prefix("//").unwrap_or(rest);
-            if let Some((_, query)) = path.split_once('?') {
-                let key = query.split(['=', '&']).next().unwrap_or_default();
-                return Err(format!("--store {shown:?}: unknown parameter ?{key}= (an sqlite:// URL takes none)"));
-            }
-            if path.is_empty() || path.ends_with('/') {
-                return Err(format!("--store {shown:?} names no file (expected e.g. sqlite:///path/to/file.db)"));
-            }
-            Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false })
-        }
+    let parsed = match scheme.to_ascii_lowercase().as_str() {
+        "sqlite" => parse_sqlite(rest),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => super::postgres::Target::parse(url).map(StoreSpec::Postgres),
         #[cfg(feature = "mysql")]
@@ -172,6 +161,20 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
     };
     // A store's parser gives a bare reason; the flag and the URL (without its password) are named here.
     parsed.map_err(|why| format!("--store {shown:?}: {why}"))
+}
+
+/// `sqlite:///abs/path`, `sqlite://rel/path` and `sqlite:path` all name a file; the
+/// URL takes no parameters.
+fn parse_sqlite(rest: &str) -> Result<StoreSpec, String> {
+    let path = rest.strip_prefix("//").unwrap_or(rest);
+    if let Some((_, query)) = path.split_once('?') {
+        let key = query.split(['=', '&']).next().unwrap_or_default();
+        return Err(format!("unknown parameter ?{key}= (an sqlite:// URL takes none)"));
+    }
+    if path.is_empty() || path.ends_with('/') {
+        return Err("it names no file (expected e.g. sqlite:///path/to/file.db)".into());
+    }
+    Ok(StoreSpec::Sqlite { path: PathBuf::from(path), default: false })
 }
 
 /// The state directory for the embedded store: $XDG_STATE_HOME/leaderrun, else

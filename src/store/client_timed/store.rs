@@ -96,11 +96,12 @@ impl ClientTimed {
         }
     }
 
-    /// Whether a feed's record may stand in for a read: one held by another, whose
-    /// judgement needs no server clock. A free, kept or missing record is read afresh
-    /// before anything is written over it.
+    /// Whether a feed's record may stand in for a read: any record whose judgement needs
+    /// no server clock (held, or released — then it is taken straight away with a write
+    /// guarded by the version the feed brought). A kept record is judged on the server's
+    /// clock and a missing one needs the floor, so those are read afresh.
     fn judged_from_feed(read: &Read) -> bool {
-        read.found.as_ref().is_some_and(|f| !f.record.is_released() && f.record.kept_until.is_none())
+        read.found.as_ref().is_some_and(|f| f.record.kept_until.is_none())
     }
 
     /// The record this client writes to take `lock` over `previous` (if any).

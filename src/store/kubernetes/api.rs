@@ -118,6 +118,7 @@ impl LeaseApi {
         let params =
             WatchParams::default().fields(&format!("metadata.name={name}")).timeout(seconds).disable_bookmarks();
         let request = self.request.watch(&params, resource_version).map_err(|e| self.bad_request(e))?;
+        tracing::trace!(op = "watch", "store request");
         let opened = tokio::time::timeout(REQUEST_TIMEOUT, self.client.request_events::<Lease>(request)).await;
         let events = opened.map_err(|_| self.no_answer("watch"))?.map_err(|e| self.error("watch", e))?;
         Ok(Box::pin(events))
@@ -133,6 +134,7 @@ impl LeaseApi {
         verb: &str,
         request: http::Request<Vec<u8>>,
     ) -> Result<(StatusCode, Option<SystemTime>, Vec<u8>)> {
+        tracing::trace!(op = verb, "store request");
         let exchange = async {
             let response = self.client.send(request.map(Body::from)).await.map_err(|e| self.error(verb, e))?;
             let status = response.status();
