@@ -72,7 +72,7 @@ those stores). A renewal that times out, fails or is ambiguous never moves it; o
 the time left before the stop signal gets a second request beside it. The child's process \
 group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
 lease is someone else's, --signal goes at once.",
-    "On a store with no server-side expiry (Kubernetes Leases) a standby takes a held lease only after it \
+    "On a store with no server-side expiry (Kubernetes Leases, S3 objects) a standby takes a held lease only after it \
 has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl, as the \
 record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
 most that long (or --timeout): a change means its holder is alive, and the run gives up.",
@@ -176,6 +176,18 @@ pub const STORES: &[(&str, &str)] = &[
          acquisition (an etcd revision: tokens grow but not by one). kubectl delete lease frees the lock at \
          once; its holder notices at its next renewal. RBAC: get, list, watch, create and update on leases. A \
          lock name that is not a valid object name becomes leaderrun-sha256-HEX, the name in an annotation.",
+    ),
+    (
+        "s3://BUCKET[/PREFIX][?path-style=1]",
+        "One object per lock under PREFIX (default leaderrun/), its key the lock name with %, / and a leading . \
+         percent-encoded; its body a small JSON record. Writes are PutObject with If-None-Match: * (create) and \
+         If-Match: ETAG (replace), so the server must honour conditional writes (AWS S3 does since 2024; a run \
+         checks and refuses a server that ignores them). Credentials, region and endpoint as the AWS CLI finds \
+         them (AWS_* variables, AWS_PROFILE and ~/.aws, web identity, ECS, instance metadata); path-style \
+         addressing when an endpoint is set. S3 ends no lease: a standby takes a lock whose object it has seen \
+         unchanged for ttl x 1.02 + 100 ms, a waiting standby asks about once a second, and deleting the object \
+         frees the lock at once. Fencing tokens follow the server's Date (seconds x 1,000,000), so they outlive a \
+         deleted object. A 403 exits 69.",
     ),
     (
         "grants",
@@ -351,7 +363,7 @@ impl LockArg {
 pub struct CommonArgs {
     /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
     /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379,
-    /// nats://user:pass@host:4222/BUCKET, zk://host:2181; see STORES.
+    /// nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX; see STORES.
     ///
     /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),
@@ -408,7 +420,7 @@ pub struct RunArgs {
     /// With --wait: give up after this long, exit with --conflict-exit-code. It bounds the
     /// whole wait, reaching the store included (a store still unreachable then exits 69).
     /// Without --wait it bounds how long a one-shot run watches a lease on a store with no
-    /// server-side expiry (Kubernetes) whose holder may have died: at most one ttl otherwise.
+    /// server-side expiry (Kubernetes, S3) whose holder may have died: at most one ttl otherwise.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TIMEOUT")]
     pub timeout: Option<Duration>,
 

@@ -510,6 +510,8 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         ("kubernetes parameter", "k8s://team?bogus=1", vec!["?bogus="]),
         ("kubernetes bad namespace", "k8s://Team_A", vec!["namespace"]),
         ("kubernetes URL with a host", "kubernetes://u:hunter2@127.0.0.1:1/ns", vec!["kubeconfig"]),
+        ("s3 parameter", "s3://bucket/x?bogus=1", vec!["?bogus="]),
+        ("s3 credentials in the URL", "s3://AKIAEXAMPLE:hunter2@bucket", vec!["AWS_ACCESS_KEY_ID"]),
     ];
     // A store left out of this build is refused as such, with the same status.
     let compiled = |url: &str| match url.split(':').next() {
@@ -520,6 +522,7 @@ fn bad_store_urls_are_refused_without_showing_the_password() {
         Some("nats") => cfg!(feature = "nats"),
         Some("zk") => cfg!(feature = "zookeeper"),
         Some("k8s" | "kubernetes") => cfg!(feature = "kubernetes"),
+        Some("s3") => cfg!(feature = "s3"),
         _ => true,
     };
     let cases: Vec<_> = cases

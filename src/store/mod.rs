@@ -26,6 +26,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod release_feed;
+#[cfg(feature = "s3")]
+pub mod s3;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod url;

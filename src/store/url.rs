@@ -31,6 +31,9 @@ pub enum StoreSpec {
     /// Kubernetes Leases (`k8s://[NAMESPACE]`, `kubernetes://`).
     #[cfg(feature = "kubernetes")]
     Kubernetes(super::kubernetes::Target),
+    /// An S3 bucket (`s3://BUCKET[/PREFIX]`), or an S3-compatible server's.
+    #[cfg(feature = "s3")]
+    S3(super::s3::Target),
 }
 
 /// Debug output shows the store as messages do: never a password.
@@ -66,6 +69,9 @@ impl StoreSpec {
             // Client-timed: no expiry on the server at all.
             #[cfg(feature = "kubernetes")]
             StoreSpec::Kubernetes(_) => false,
+            // Client-timed: no lease is judged on any server's clock.
+            #[cfg(feature = "s3")]
+            StoreSpec::S3(_) => false,
         }
     }
 }
@@ -99,6 +105,8 @@ pub const SCHEMES: &[&str] = &[
     "k8s",
     #[cfg(feature = "kubernetes")]
     "kubernetes",
+    #[cfg(feature = "s3")]
+    "s3",
 ];
 
 /// Every scheme any build knows, to tell "not in this build" from "no such store".
@@ -116,6 +124,7 @@ const ALL_SCHEMES: &[&str] = &[
     "zookeeper",
     "k8s",
     "kubernetes",
+    "s3",
 ];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
@@ -143,6 +152,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         "zk" | "zookeeper" => super::zookeeper::Target::parse(url).map(StoreSpec::ZooKeeper),
         #[cfg(feature = "kubernetes")]
         "k8s" | "kubernetes" => super::kubernetes::Target::parse(url).map(StoreSpec::Kubernetes),
+        #[cfg(feature = "s3")]
+        "s3" => super::s3::Target::parse(url).map(StoreSpec::S3),
         other if ALL_SCHEMES.contains(&other) => {
             return Err(format!("--store: this build of leaderrun has no {other}:// store (its cargo feature is off)"))
         }
@@ -223,6 +234,8 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::ZooKeeper(target) => Ok(Box::new(super::zookeeper::ZooKeeperStore::open(target, access).await?)),
         #[cfg(feature = "kubernetes")]
         StoreSpec::Kubernetes(target) => super::kubernetes::open(target, access).await,
+        #[cfg(feature = "s3")]
+        StoreSpec::S3(target) => super::s3::open(target, access).await,
     }
 }
 
@@ -237,7 +250,8 @@ fn choose_crypto_provider() {
         feature = "etcd",
         feature = "nats",
         feature = "zookeeper",
-        feature = "kubernetes"
+        feature = "kubernetes",
+        feature = "s3"
     ))]
     {
         // Already chosen (a second open in the same process): fine.
@@ -277,6 +291,8 @@ pub fn describe(spec: &StoreSpec) -> String {
         StoreSpec::ZooKeeper(target) => target.shown.clone(),
         #[cfg(feature = "kubernetes")]
         StoreSpec::Kubernetes(target) => target.shown.clone(),
+        #[cfg(feature = "s3")]
+        StoreSpec::S3(target) => target.shown.clone(),
     }
 }
 

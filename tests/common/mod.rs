@@ -142,9 +142,10 @@ impl Sandbox {
     pub fn bare(&self) -> Command {
         let mut cmd = Command::new(BIN);
         for (name, _) in std::env::vars_os() {
-            // Nor the caller's libpq settings: a store URL in a test says everything.
+            // Nor the caller's libpq or AWS settings: a store URL (and, for S3, the sandbox's
+            // ~/.aws) in a test says everything.
             let name_text = name.to_string_lossy();
-            if name_text.starts_with("LEADERRUN_") || name_text.starts_with("PG") {
+            if name_text.starts_with("LEADERRUN_") || name_text.starts_with("PG") || name_text.starts_with("AWS_") {
                 cmd.env_remove(&name);
             }
         }

@@ -6,6 +6,7 @@
 pub mod etcd;
 pub mod kubernetes;
 pub mod mariadb;
+pub mod moto;
 pub mod nats;
 pub mod postgres;
 pub mod process;

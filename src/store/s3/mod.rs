@@ -1,0 +1,320 @@
+//! S3 store: `--store s3://BUCKET[/PREFIX]`, one object per lock (`object.rs`), with no
+//! server-side expiry: the client-timed core judges every lease on this host's clock, and
+//! this file only reads and writes objects.
+//!
+//! - read: GetObject (404: no record). The version is the object's ETag (with the body's
+//!   write counter, which the next write increments); the server's clock is the response's
+//!   `Date`, the token floor comes from it (`server_clock.rs`).
+//! - create: PutObject with `If-None-Match: *` (412: someone else created it first); if the
+//!   server's clock still reads the second of the read that found no object, HEAD until it
+//!   does not (at most a second), so that tokens outlive a deleted object
+//!   (`server_clock.rs`); an object that changed or vanished meanwhile is a lost race.
+//! - replace: PutObject with `If-Match: ETAG` (412: it changed; 404: it was deleted).
+//! - list: ListObjectsV2 under the prefix, then GetObject of each lock's object.
+//! - changed: S3 cannot watch, so a waiter sends HeadObject about once a second (±50%)
+//!   until the ETag differs or the wait is over: some 3,600 HEADs an hour per waiting
+//!   process, plus a GetObject each time the holder renews.
+//!
+//! Deleting a lock's object frees the lock at once (a holder sees it at its next renewal
+//! and stops its child), as `kubectl delete lease` does. AWS's 409
+//! ConditionalRequestConflict (two conditional writes of one key at once) counts as a lost
+//! race like a 412.
+//!
+//! A run first checks that the server honours both preconditions (`probe.rs`). A 403 (bad
+//! key or signature, no permission) and a missing bucket are refusals (exit 69), in one line
+//! naming the bucket and the operation; messages never carry a credential: they are built
+//! from the bucket, the key, the HTTP status and S3's error code and message.
+
+mod credentials;
+mod errors;
+mod object;
+mod probe;
+mod server_clock;
+mod target;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+pub use aws_config::ConfigLoader;
+use aws_sdk_s3::primitives::ByteStream;
+use rand::Rng;
+
+pub use target::Target;
+
+use self::errors::{classify, Failure};
+use self::object::{key_of, lock_of, Body};
+use self::server_clock::{create_is_settled, floor, DateHeader};
+use crate::store::client_timed::{client_timed, Found, Read, Record, Records, Version, Written};
+use crate::store::url::Access;
+use crate::store::{Result, Store, StoreError};
+
+/// How often a waiter asks whether the object changed (±50%, so waiters spread out).
+const POLL_EVERY: Duration = Duration::from_secs(1);
+/// How often a create asks the server's clock while it settles.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
+/// Objects listed per ListObjectsV2 page.
+const PAGE: i32 = 1000;
+
+/// The S3 store for `target`: the client-timed core over this bucket's objects.
+pub async fn open(target: &Target, access: Access) -> Result<Box<dyn Store>> {
+    open_with(target, access, |loader| loader).await
+}
+
+/// `open`, with `configure` overriding what the AWS SDK's loader finds (for a program that
+/// embeds leaderrun with credentials or an endpoint of its own, and for tests).
+pub async fn open_with(
+    target: &Target,
+    access: Access,
+    configure: impl FnOnce(ConfigLoader) -> ConfigLoader,
+) -> Result<Box<dyn Store>> {
+    let records = S3Records::open_with(target, access, configure).await?;
+    Ok(client_timed(Arc::new(records)))
+}
+
+/// One bucket's lock objects under one prefix.
+pub struct S3Records {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    prefix: String,
+    /// When the server answered the latest read that found a lock's object absent: the
+    /// second a create's token floor came from.
+    absent_at: Mutex<HashMap<String, SystemTime>>,
+}
+
+/// A version as this store writes it: the ETag, and the body's write counter (which the
+/// ETag already implies; it rides along so a replace need not read the body again).
+fn version(etag: &str, writes: u64) -> Version {
+    Version(format!("{writes} {etag}"))
+}
+
+fn parse_version(version: &Version) -> (u64, &str) {
+    let (writes, etag) = version.0.split_once(' ').unwrap_or(("0", &version.0));
+    (writes.parse().unwrap_or(0), etag)
+}
+
+impl S3Records {
+    /// A client of `target`'s bucket; a run (`Access::Create`) first checks that the server
+    /// honours conditional writes.
+    pub async fn open_with(
+        target: &Target,
+        access: Access,
+        configure: impl FnOnce(ConfigLoader) -> ConfigLoader,
+    ) -> Result<Self> {
+        let client = credentials::client(target, configure).await;
+        let records =
+            Self { client, bucket: target.bucket.clone(), prefix: target.prefix.clone(), absent_at: Mutex::default() };
+        if access == Access::Create {
+            probe::check_conditional_writes(&records.client, &records.bucket, &records.prefix).await?;
+        }
+        Ok(records)
+    }
+
+    fn key(&self, lock: &str) -> Result<String> {
+        key_of(&self.prefix, lock).map_err(|why| StoreError::refused(format!("s3://{}: {why}", self.bucket)))
+    }
+
+    fn error(&self, operation: &str, key: &str, failure: Failure) -> StoreError {
+        failure.into_error(&self.bucket, &format!("{operation} {key}"))
+    }
+
+    /// GetObject: the body and its version, or `None`; and the server's clock.
+    async fn get(&self, key: &str) -> Result<(Option<(Body, Version)>, Option<SystemTime>)> {
+        let date = DateHeader::default();
+        let sent = self.client.get_object().bucket(&self.bucket).key(key).customize().interceptor(date.clone()).send();
+        let output = match sent.await {
+            Ok(output) => output,
+            Err(err) => {
+                return match classify(&self.bucket, &format!("GetObject {key}"), err) {
+                    Failure::NoSuchKey => Ok((None, date.get())),
+                    other => Err(self.error("GetObject", key, other)),
+                }
+            }
+        };
+        let etag = output.e_tag().map(str::to_string);
+        let bytes = output.body.collect().await.map_err(|e| {
+            StoreError::unavailable(format!("s3://{}: GetObject {key}: reading the body: {e}", self.bucket))
+        })?;
+        let body = Body::parse(&bytes.into_bytes())
+            .map_err(|why| StoreError::refused(format!("s3://{}: {key} is {why}", self.bucket)))?;
+        let etag = etag.ok_or_else(|| self.no_etag("GetObject", key))?;
+        let version = version(&etag, body.writes);
+        Ok((Some((body, version)), date.get()))
+    }
+
+    fn no_etag(&self, operation: &str, key: &str) -> StoreError {
+        StoreError::refused(format!("s3://{}: {operation} {key}: the server sent no ETag", self.bucket))
+    }
+
+    /// HeadObject: the object's ETag (`None`: no object) and the server's clock.
+    async fn head(&self, key: &str) -> Result<(Option<String>, Option<SystemTime>)> {
+        let date = DateHeader::default();
+        let sent = self.client.head_object().bucket(&self.bucket).key(key).customize().interceptor(date.clone()).send();
+        match sent.await {
+            Ok(output) => {
+                Ok((Some(output.e_tag().ok_or_else(|| self.no_etag("HeadObject", key))?.to_string()), date.get()))
+            }
+            Err(err) => match classify(&self.bucket, &format!("HeadObject {key}"), err) {
+                Failure::NoSuchKey => Ok((None, date.get())),
+                other => Err(self.error("HeadObject", key, other)),
+            },
+        }
+    }
+
+    /// PutObject of `body` under a precondition (`If-None-Match: *`, or `If-Match: etag`).
+    /// `Ok(None)`: the precondition failed (or the object is gone). Also the server's clock.
+    async fn put(
+        &self,
+        key: &str,
+        body: &Body,
+        if_match: Option<&str>,
+    ) -> Result<(Option<String>, Option<SystemTime>)> {
+        let date = DateHeader::default();
+        let request = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type("application/json")
+            .body(ByteStream::from(body.to_bytes()));
+        let request = match if_match {
+            Some(etag) => request.if_match(etag),
+            None => request.if_none_match("*"),
+        };
+        match request.customize().interceptor(date.clone()).send().await {
+            Ok(output) => {
+                Ok((Some(output.e_tag().ok_or_else(|| self.no_etag("PutObject", key))?.to_string()), date.get()))
+            }
+            Err(err) => match classify(&self.bucket, &format!("PutObject {key}"), err) {
+                Failure::Precondition | Failure::NoSuchKey => Ok((None, date.get())),
+                other => Err(self.error("PutObject", key, other)),
+            },
+        }
+    }
+
+    /// Wait until the server's clock has left the second of the read a create's token came
+    /// from (see `server_clock.rs`); false if the object changed or vanished meanwhile.
+    async fn settle_create(
+        &self,
+        key: &str,
+        etag: &str,
+        read: Option<SystemTime>,
+        written: Option<SystemTime>,
+    ) -> Result<bool> {
+        let mut now = written;
+        while !create_is_settled(read, now) {
+            tokio::time::sleep(SETTLE_POLL).await;
+            let (current, date) = self.head(key).await?;
+            if current.as_deref() != Some(etag) {
+                return Ok(false);
+            }
+            now = date;
+        }
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl Records for S3Records {
+    async fn read(&self, lock: &str) -> Result<Read> {
+        let key = self.key(lock)?;
+        let (found, server_time) = self.get(&key).await?;
+        let floor = floor(server_time, found.is_some());
+        match (&found, server_time) {
+            (None, Some(at)) => self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).insert(lock.to_string(), at),
+            _ => self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(lock),
+        };
+        let found = found.map(|(body, version)| Found { record: body.record(), version });
+        Ok(Read { found, server_time, floor })
+    }
+
+    async fn create(&self, lock: &str, record: &Record) -> Result<Written> {
+        let key = self.key(lock)?;
+        let body = Body::new(record, 1);
+        // The read whose floor the token came from; without one (no Date, or no read first),
+        // the write's own answer, a later second: the wait is then only the longer.
+        let read = self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(lock);
+        let (Some(etag), written) = self.put(&key, &body, None).await? else { return Ok(Written::Moved) };
+        if !self.settle_create(&key, &etag, read.or(written), written).await? {
+            return Ok(Written::Moved); // deleted, or taken over, before it counted
+        }
+        Ok(Written::Done(version(&etag, body.writes)))
+    }
+
+    async fn replace(&self, lock: &str, record: &Record, previous: &Version) -> Result<Written> {
+        let key = self.key(lock)?;
+        let (writes, etag) = parse_version(previous);
+        let body = Body::new(record, writes + 1);
+        Ok(match self.put(&key, &body, Some(etag)).await? {
+            (Some(etag), _) => Written::Done(version(&etag, body.writes)),
+            (None, _) => Written::Moved,
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<(String, Record)>> {
+        let mut locks = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&self.prefix)
+            .max_keys(PAGE)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|err| {
+                classify(&self.bucket, &format!("ListObjectsV2 {}", self.prefix), err)
+                    .into_error(&self.bucket, &format!("ListObjectsV2 {}", self.prefix))
+            })?;
+            for key in page.contents().iter().filter_map(|object| object.key()) {
+                let Some(lock) = lock_of(&self.prefix, key) else { continue };
+                match self.get(key).await {
+                    Ok((Some((body, _)), _)) => locks.push((lock, body.record())),
+                    Ok((None, _)) => {} // deleted since the listing
+                    // Someone else's object under the prefix: not a lock, and no reason to fail.
+                    Err(err) if !err.is_transient() => tracing::warn!("{}", err.message),
+                    Err(err) => return Err(err),
+                }
+            }
+        }
+        Ok(locks)
+    }
+
+    async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {
+        let Ok(key) = self.key(lock) else { return tokio::time::sleep(max_wait).await };
+        let deadline = tokio::time::Instant::now() + max_wait;
+        // With no version seen, any change from the first look counts.
+        let mut seen: Option<Option<String>> = version.map(|v| Some(parse_version(v).1.to_string()));
+        let mut first = true;
+        loop {
+            let pause = POLL_EVERY.mul_f64(rand::rng().random_range(0.5..1.5));
+            // The first look at once when there is no version to compare with.
+            if !(first && seen.is_none()) {
+                tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + pause)).await;
+            }
+            first = false;
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            // A failed look (an outage) tells nothing: keep looking until the wait is over.
+            let Ok((etag, _)) = self.head(&key).await else { continue };
+            match &seen {
+                Some(before) if *before != etag => return,
+                Some(_) => {}
+                None => seen = Some(etag),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_carry_the_etag_and_the_write_count() {
+        let v = version("\"9dd4e461268c8034f5c8564e155c67a6\"", 7);
+        assert_eq!(parse_version(&v), (7, "\"9dd4e461268c8034f5c8564e155c67a6\""));
+    }
+}
