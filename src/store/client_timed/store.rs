@@ -272,6 +272,14 @@ impl Store for ClientTimed {
         let lock = &lease.lock;
         let acquired_at =
             self.held.lock().unwrap().get(lock.as_str()).filter(|h| h.token == lease.token).map(|h| h.acquired_at);
+        // Nothing left to keep, and nobody else wrote since this client did: one guarded write.
+        let keep_over = acquired_at.is_some_and(|at| self.clock.now().saturating_sub(at) >= keep);
+        if let Some((record, version)) = self.own_write(lease).filter(|_| keep_over) {
+            if self.replace(lock, &self.released(&record), &version).await?.is_some() {
+                self.held.lock().unwrap().remove(lock.as_str());
+                return Ok(());
+            }
+        }
         for _ in 0..MAX_RACES {
             let read = self.records.read(lock).await?;
             let Some(Found { record, version }) = &read.found else { break };

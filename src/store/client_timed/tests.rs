@@ -222,3 +222,20 @@ async fn a_release_seen_on_the_watch_is_taken_with_one_write() {
     // The first sight was read; the release came on the watch, and one guarded write took it.
     assert_eq!((standby_records.count("read"), standby_records.count("replace")), (1, 1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_releases_with_one_write_and_a_keep_reads_the_servers_clock_first() {
+    let m = memory().await;
+    let (records, holder) = counted_client(&m);
+    let lease = take(&*holder, "job", "holder").await;
+    let before = (records.count("read"), records.count("replace"));
+    holder.release(&lease, Duration::ZERO).await.unwrap();
+    assert_eq!((records.count("read") - before.0, records.count("replace") - before.1), (0, 1));
+    assert!(m.records.get("job").unwrap().is_released());
+
+    let lease = take(&*holder, "cron", "holder").await;
+    let before = records.count("read");
+    holder.release(&lease, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(records.count("read") - before, 1, "a keep ends on the server's clock: read it");
+    assert!(m.records.get("cron").unwrap().kept_until.is_some());
+}
