@@ -139,6 +139,13 @@ impl ClientTimed {
         }
     }
 
+    /// `record` (written with a token) is this client's now, at `version`: the lease it won.
+    fn won(&self, lock: &str, identity: &str, record: Record, version: Version, acquired_at: Duration) -> Acquire {
+        let token = record.token.expect("written with a token");
+        self.remember(lock, Held { token, identity: identity.into(), record, version, acquired_at });
+        Acquire::Won(Lease { lock: lock.into(), identity: identity.into(), token })
+    }
+
     fn remember(&self, lock: &str, held: Held) {
         self.seen.forget(lock);
         self.watchers.close(lock);
@@ -193,12 +200,7 @@ impl Store for ClientTimed {
             let Some(Found { record, version }) = &read.found else {
                 let mine = self.taken(identity, ttl, None, read.floor);
                 if let Written::Done(version) = self.records.create(lock, &mine).await? {
-                    let token = mine.token.expect("written with a token");
-                    self.remember(
-                        lock,
-                        Held { token, identity: identity.into(), record: mine, version, acquired_at: answered },
-                    );
-                    return Ok(Acquire::Won(Lease { lock: lock.into(), identity: identity.into(), token }));
+                    return Ok(self.won(lock, identity, mine, version, answered));
                 }
                 continue; // created by another meanwhile: read it
             };
@@ -221,12 +223,7 @@ impl Store for ClientTimed {
             }
             let mine = self.taken(identity, ttl, Some(record), read.floor);
             if let Some(version) = self.replace(lock, &mine, version).await? {
-                let token = mine.token.expect("written with a token");
-                self.remember(
-                    lock,
-                    Held { token, identity: identity.into(), record: mine, version, acquired_at: answered },
-                );
-                return Ok(Acquire::Won(Lease { lock: lock.into(), identity: identity.into(), token }));
+                return Ok(self.won(lock, identity, mine, version, answered));
             }
         }
         Err(Self::raced("acquiring", lock))
