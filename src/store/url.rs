@@ -251,7 +251,8 @@ fn choose_crypto_provider() {
         feature = "nats",
         feature = "zookeeper",
         feature = "kubernetes",
-        feature = "s3"
+        feature = "s3",
+        feature = "google"
     ))]
     {
         // Already chosen (a second open in the same process): fine.
