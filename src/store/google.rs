@@ -80,14 +80,10 @@ impl GoogleApi {
     /// endpoint with Application Default Credentials. A credentials file that is missing or
     /// does not parse is a refusal (exit 69); fetching a token happens per request.
     pub fn open(service: Service) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| StoreError::refused(format!("{}: cannot set up HTTPS: {e}", service.name())))?;
         if let Some(host) = std::env::var(service.emulator_variable()).ok().filter(|h| !h.is_empty()) {
-            return Ok(Self { http, base: emulator_base(&host), credentials: None, service });
+            return Self::emulator(service, &host);
         }
+        let http = http_client(service)?;
         let credentials = Builder::default().with_scopes([service.scope()]).build().map_err(|e| {
             StoreError::refused(format!(
                 "{}: no usable Google credentials ({e}); set GOOGLE_APPLICATION_CREDENTIALS, run \
@@ -96,6 +92,13 @@ impl GoogleApi {
             ))
         })?;
         Ok(Self { http, base: service.production_base().to_string(), credentials: Some(credentials), service })
+    }
+
+    /// The API for `service` served by the emulator at `host` (`host:port` or a URL), as if
+    /// its `*_EMULATOR_HOST` variable named it: for tests that run several emulators in one
+    /// process, and for programs that embed leaderrun.
+    pub fn emulator(service: Service, host: &str) -> Result<Self> {
+        Ok(Self { http: http_client(service)?, base: emulator_base(host), credentials: None, service })
     }
 
     /// The API's base URL, without a trailing slash (`https://storage.googleapis.com`, or
@@ -133,6 +136,14 @@ impl GoogleApi {
             Err(e) => Err(StoreError::refused(format!("{}: credentials refused: {e}", self.service.name()))),
         }
     }
+}
+
+fn http_client(service: Service) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .map_err(|e| StoreError::refused(format!("{}: cannot set up HTTPS: {e}", service.name())))
 }
 
 /// The base URL of an emulator named by `*_EMULATOR_HOST`: Google's libraries accept it
