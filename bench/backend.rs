@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
 use crate::servers::{
-    etcd::Etcd, kubernetes::KubeApiServer, mariadb::Mariadb, nats::Nats, postgres::Postgres, redis::Redis,
+    etcd::Etcd, kubernetes::KubeApiServer, mariadb::Mariadb, moto::Moto, nats::Nats, postgres::Postgres, redis::Redis,
     zookeeper::ZooKeeper,
 };
 
@@ -25,6 +25,7 @@ pub enum Kind {
     Nats,
     ZooKeeper,
     Kubernetes,
+    S3,
 }
 
 impl Kind {
@@ -38,9 +39,10 @@ impl Kind {
             "nats" => Ok(Kind::Nats),
             "zookeeper" | "zk" => Ok(Kind::ZooKeeper),
             "kubernetes" | "k8s" => Ok(Kind::Kubernetes),
+            "s3" => Ok(Kind::S3),
             other => Err(format!(
                 "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, \
-                 kubernetes"
+                 kubernetes, s3"
             )),
         }
     }
@@ -55,6 +57,7 @@ enum Server {
     Nats(Nats),
     ZooKeeper(ZooKeeper),
     Kubernetes(KubeApiServer),
+    S3(Moto),
 }
 
 pub struct Backend {
@@ -76,6 +79,7 @@ impl Backend {
             Kind::Nats => Server::Nats(Nats::start()),
             Kind::ZooKeeper => Server::ZooKeeper(ZooKeeper::start()),
             Kind::Kubernetes => Server::Kubernetes(KubeApiServer::start()),
+            Kind::S3 => Server::S3(Moto::start()),
         };
         let mut backend = Self { server, proxies: Vec::new(), kubeconfigs: Vec::new() };
         if let Some(port) = backend.port() {
@@ -97,12 +101,21 @@ impl Backend {
     }
 
     /// The environment contender `i` (or, with `None`, `status` and `release`) runs with:
-    /// where the store takes its credentials and server from there (a kubeconfig).
+    /// where the store takes its credentials and server from there (a kubeconfig, the
+    /// AWS CLI's variables).
     pub fn env(&self, contender: Option<usize>) -> Vec<(String, PathBuf)> {
         match &self.server {
             Server::Kubernetes(api) => {
                 let file = contender.and_then(|i| self.kubeconfigs.get(i).cloned()).unwrap_or_else(|| api.kubeconfig());
                 vec![("KUBECONFIG".to_string(), file)]
+            }
+            Server::S3(moto) => {
+                let proxy = contender.and_then(|i| self.proxies.get(i));
+                let through = |(name, value): (&str, String)| match (name, proxy) {
+                    ("AWS_ENDPOINT_URL", Some(proxy)) => format!("http://127.0.0.1:{}", proxy.port()),
+                    _ => value,
+                };
+                moto.env().into_iter().map(|(name, value)| (name.to_string(), through((name, value)).into())).collect()
             }
             _ => Vec::new(),
         }
@@ -118,6 +131,7 @@ impl Backend {
             Server::Nats(n) => Some(n.port()),
             Server::ZooKeeper(z) => Some(z.port()),
             Server::Kubernetes(api) => Some(api.port()),
+            Server::S3(moto) => Some(moto.port()),
         }
     }
 
@@ -133,6 +147,8 @@ impl Backend {
             Server::ZooKeeper(z) => z.url(),
             // The server is in the kubeconfig (`env`); the URL names the namespace.
             Server::Kubernetes(_) => format!("k8s://{}", crate::servers::kubernetes::NAMESPACE),
+            // The endpoint is in the environment (`env`).
+            Server::S3(moto) => moto.url(),
         }
     }
 
@@ -165,6 +181,7 @@ impl Backend {
             Server::Nats(n) => Some(n.pid()),
             Server::ZooKeeper(z) => Some(z.pid()),
             Server::Kubernetes(api) => Some(api.pid()),
+            Server::S3(moto) => Some(moto.pid()),
             _ => None,
         };
         if let Some(pid) = known {
@@ -230,6 +247,13 @@ impl Backend {
                 api.stop();
                 api.start_again()
             }),
+            // moto keeps objects in memory: the test server replays the writes it recorded.
+            // Its public port is a gate that stays open while moto is dead, so the port
+            // cannot tell whether it is up: restart it always.
+            Server::S3(moto) => {
+                moto.stop();
+                moto.start_again()
+            }
         }
     }
 

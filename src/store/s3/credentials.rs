@@ -17,7 +17,11 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, ConfigLoader};
-use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_s3::config::{
+    ConfigBag, Intercept, Region, RequestChecksumCalculation, ResponseChecksumValidation, RuntimeComponents,
+};
+use aws_sdk_s3::error::BoxError;
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 
 use super::target::Target;
@@ -48,9 +52,31 @@ pub async fn client(target: &Target, configure: impl FnOnce(ConfigLoader) -> Con
         // Checksums only where S3 requires them: S3 look-alikes differ in which of the
         // newer checksum headers they accept, and the ETag already tells what was stored.
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-        .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        .interceptor(RequestTrace);
     if shared.region().is_none() {
         config = config.region(Region::from_static(FALLBACK_REGION));
     }
     aws_sdk_s3::Client::from_conf(config.build())
+}
+
+/// One `store request` trace line per HTTP request the SDK sends (retries included), named
+/// by its method: what `-vvv` counts, as every store's requests are counted.
+#[derive(Debug)]
+struct RequestTrace;
+
+impl Intercept for RequestTrace {
+    fn name(&self) -> &'static str {
+        "leaderrun-request-trace"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        tracing::trace!(op = %context.request().method().to_ascii_lowercase(), "store request");
+        Ok(())
+    }
 }
