@@ -11,8 +11,8 @@ use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
 use crate::servers::{
-    etcd::Etcd, kubernetes::KubeApiServer, mariadb::Mariadb, nats::Nats, postgres::Postgres, redis::Redis,
-    zookeeper::ZooKeeper,
+    etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb, nats::Nats, postgres::Postgres,
+    redis::Redis, zookeeper::ZooKeeper,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +25,7 @@ pub enum Kind {
     Nats,
     ZooKeeper,
     Kubernetes,
+    Gcs,
 }
 
 impl Kind {
@@ -38,9 +39,10 @@ impl Kind {
             "nats" => Ok(Kind::Nats),
             "zookeeper" | "zk" => Ok(Kind::ZooKeeper),
             "kubernetes" | "k8s" => Ok(Kind::Kubernetes),
+            "gcs" | "gs" => Ok(Kind::Gcs),
             other => Err(format!(
                 "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, \
-                 kubernetes"
+                 kubernetes, gcs"
             )),
         }
     }
@@ -55,6 +57,7 @@ enum Server {
     Nats(Nats),
     ZooKeeper(ZooKeeper),
     Kubernetes(KubeApiServer),
+    Gcs(FakeGcs),
 }
 
 pub struct Backend {
@@ -76,6 +79,7 @@ impl Backend {
             Kind::Nats => Server::Nats(Nats::start()),
             Kind::ZooKeeper => Server::ZooKeeper(ZooKeeper::start()),
             Kind::Kubernetes => Server::Kubernetes(KubeApiServer::start()),
+            Kind::Gcs => Server::Gcs(FakeGcs::start()),
         };
         let mut backend = Self { server, proxies: Vec::new(), kubeconfigs: Vec::new() };
         if let Some(port) = backend.port() {
@@ -104,6 +108,11 @@ impl Backend {
                 let file = contender.and_then(|i| self.kubeconfigs.get(i).cloned()).unwrap_or_else(|| api.kubeconfig());
                 vec![("KUBECONFIG".to_string(), file)]
             }
+            // Cloud Storage: the emulator is named by STORAGE_EMULATOR_HOST, never in the URL.
+            Server::Gcs(gcs) => {
+                let port = contender.and_then(|i| self.proxies.get(i)).map_or(gcs.port(), Proxy::port);
+                vec![("STORAGE_EMULATOR_HOST".to_string(), PathBuf::from(format!("http://127.0.0.1:{port}")))]
+            }
             _ => Vec::new(),
         }
     }
@@ -118,6 +127,7 @@ impl Backend {
             Server::Nats(n) => Some(n.port()),
             Server::ZooKeeper(z) => Some(z.port()),
             Server::Kubernetes(api) => Some(api.port()),
+            Server::Gcs(gcs) => Some(gcs.port()),
         }
     }
 
@@ -133,6 +143,8 @@ impl Backend {
             Server::ZooKeeper(z) => z.url(),
             // The server is in the kubeconfig (`env`); the URL names the namespace.
             Server::Kubernetes(_) => format!("k8s://{}", crate::servers::kubernetes::NAMESPACE),
+            // The server is in STORAGE_EMULATOR_HOST (`env`); the URL names the bucket.
+            Server::Gcs(gcs) => gcs.url(),
         }
     }
 
@@ -165,6 +177,7 @@ impl Backend {
             Server::Nats(n) => Some(n.pid()),
             Server::ZooKeeper(z) => Some(z.pid()),
             Server::Kubernetes(api) => Some(api.pid()),
+            Server::Gcs(gcs) => Some(gcs.pid()),
             _ => None,
         };
         if let Some(pid) = known {
@@ -229,6 +242,11 @@ impl Backend {
             Server::Kubernetes(api) => restart_until_up(api.port(), || {
                 api.stop();
                 api.start_again()
+            }),
+            // Its objects are on disk: a kill -9 loses none.
+            Server::Gcs(gcs) => restart_until_up(gcs.port(), || {
+                gcs.stop();
+                gcs.start_again()
             }),
         }
     }

@@ -316,12 +316,16 @@ async fn a_permission_refused_is_a_refusal_naming_the_bucket_and_operation() {
     let target = Target::parse("gs://locked-bucket").unwrap();
     let err = open_with(&target, Access::Create, api(&endpoint)).await.err().expect("refused");
     assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
-    for needle in ["gs://locked-bucket", "objects.insert", "403", "storage.objects.create permission"] {
+    for needle in ["gs://locked-bucket", "objects.insert", "403", "permissions storage.objects.create and"] {
         assert!(err.message.contains(needle), "{needle}: {}", err.message);
     }
     assert!(!err.message.contains('\n'), "{:?}", err.message);
     let err = open_with(&target, Access::Existing, api(&endpoint)).await.err().expect("refused");
-    assert!(err.message.contains("objects.list") && err.message.contains("storage.objects.list"), "{}", err.message);
+    assert!(
+        err.message.contains("objects.list") && err.message.contains("permission storage.objects.list"),
+        "{}",
+        err.message
+    );
 }
 
 /// A one-shot run's first look at a held lock is not proof its holder lives; after one

@@ -9,7 +9,7 @@
 use crate::store::google::describe_send_error;
 use crate::store::StoreError;
 
-/// One JSON API call, for messages: `objects.insert leaderrun/x`, and the IAM permission
+/// One JSON API call, for messages: `objects.insert leaderrun/x`, and the IAM permissions
 /// it needs, for the hint on a 403.
 #[derive(Debug, Clone, Copy)]
 pub struct Operation<'a> {
@@ -20,16 +20,21 @@ pub struct Operation<'a> {
 
 impl<'a> Operation<'a> {
     pub fn get(name: &'a str) -> Self {
-        Operation { method: "objects.get", permission: "storage.objects.get", name }
+        Operation { method: "objects.get", permission: "the permission storage.objects.get", name }
     }
+    /// Overwriting an object (every renewal does) needs the delete permission as well.
     pub fn insert(name: &'a str) -> Self {
-        Operation { method: "objects.insert", permission: "storage.objects.create", name }
+        Operation {
+            method: "objects.insert",
+            permission: "the permissions storage.objects.create and, to overwrite, storage.objects.delete",
+            name,
+        }
     }
     pub fn list(prefix: &'a str) -> Self {
-        Operation { method: "objects.list", permission: "storage.objects.list", name: prefix }
+        Operation { method: "objects.list", permission: "the permission storage.objects.list", name: prefix }
     }
     pub fn delete(name: &'a str) -> Self {
-        Operation { method: "objects.delete", permission: "storage.objects.delete", name }
+        Operation { method: "objects.delete", permission: "the permission storage.objects.delete", name }
     }
 
     fn what(&self, bucket: &str) -> String {
@@ -74,7 +79,7 @@ pub fn failed(bucket: &str, operation: Operation<'_>, status: u16, body: &str) -
     match status {
         408 | 429 | 500..=599 => StoreError::unavailable(what),
         401 => StoreError::refused(format!("{what} (the credentials were not accepted)")),
-        403 => StoreError::refused(format!("{what} (this needs the {} permission)", operation.permission)),
+        403 => StoreError::refused(format!("{what} (this needs {})", operation.permission)),
         _ => StoreError::refused(what),
     }
 }
@@ -105,7 +110,8 @@ mod tests {
         assert_eq!(
             err.message,
             "gs://bkt: objects.insert leaderrun/x: HTTP 403: a@b.iam.gserviceaccount.com does not have \
-             storage.objects.create access (this needs the storage.objects.create permission)"
+             storage.objects.create access (this needs the permissions storage.objects.create and, to overwrite, \
+             storage.objects.delete)"
         );
         assert!(failed("bkt", Operation::get("x"), 429, "").is_transient());
         assert!(failed("bkt", Operation::get("x"), 503, "<html>").is_transient());
