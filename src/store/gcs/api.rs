@@ -122,6 +122,7 @@ impl Bucket {
     }
 
     async fn send(&self, operation: Operation<'_>, request: reqwest::RequestBuilder) -> Result<Response> {
+        tracing::trace!(op = operation.method.trim_start_matches("objects."), "store request");
         request.send().await.map_err(|e| unanswered(&self.name, operation, e))
     }
 
