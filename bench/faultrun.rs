@@ -173,13 +173,13 @@ fn parse_args() -> Result<Config, String> {
             "--keep" => c.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
             "--report" => c.report = Some(it.next().ok_or("--report needs a file")?.into()),
             "--store" => c.store = Kind::parse(&it.next().ok_or(
-                "--store needs a store name (sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, kubernetes, s3)",
+                "--store needs a store name (sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, kubernetes, s3, gcs)",
             )?)?,
             "-h" | "--help" => {
                 println!(
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
-                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3]"
+                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|gcs]"
                 );
                 std::process::exit(0);
             }

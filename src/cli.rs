@@ -72,7 +72,7 @@ those stores). A renewal that times out, fails or is ambiguous never moves it; o
 the time left before the stop signal gets a second request beside it. The child's process \
 group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
 lease is someone else's, --signal goes at once.",
-    "On a store with no server-side expiry (Kubernetes Leases, S3 objects) a standby takes a held lease only after it \
+    "On a store with no server-side expiry (Kubernetes Leases, S3 and Cloud Storage objects) a standby takes a held lease only after it \
 has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl, as the \
 record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
 most that long (or --timeout): a change means its holder is alive, and the run gives up.",
@@ -188,6 +188,19 @@ pub const STORES: &[(&str, &str)] = &[
          unchanged for ttl x 1.02 + 100 ms, a waiting standby asks about once a second, and deleting the object \
          frees the lock at once. Fencing tokens follow the server's Date (seconds x 1,000,000), so they outlive a \
          deleted object. A 403 exits 69.",
+    ),
+    (
+        "gs://BUCKET[/PREFIX]",
+        "Cloud Storage: one object per lock under PREFIX (default leaderrun/), named as on s3://; the record is the \
+         object's custom metadata. Every write is a JSON API multipart upload with ifGenerationMatch=0 (create) or \
+         the generation and metageneration read (replace); a run checks that the server honours it and refuses \
+         one that does not. Credentials as Google's client libraries find them (GOOGLE_APPLICATION_CREDENTIALS, \
+         gcloud auth application-default login, the metadata server); STORAGE_EMULATOR_HOST names an emulator. \
+         Cloud Storage ends no lease: a standby takes a lock whose object it has seen unchanged for ttl x 1.02 + \
+         100 ms, a waiting standby asks about once a second, and deleting the object frees the lock at once. \
+         Fencing tokens follow the server's Date (seconds x 1,000,000), as on s3://. Google allows about one \
+         write per second to one object: keep --renew-every at 1 s or more (--ttl 3s or more). A 401, 403 or \
+         missing bucket exits 69.",
     ),
     (
         "grants",
@@ -363,7 +376,7 @@ impl LockArg {
 pub struct CommonArgs {
     /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
     /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379,
-    /// nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX; see STORES.
+    /// nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX; see STORES.
     ///
     /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),

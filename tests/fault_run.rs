@@ -1,6 +1,6 @@
 //! The short fault runs: a few dozen faults against `leaderrun --wait` contenders, on the
 //! embedded store, on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers and on the test Kubernetes
-//! API server (started by the run itself,
+//! API server and fake-gcs-server (started by the run itself,
 //! with server kill/restart, freeze and network faults); each fails on any overlapping
 //! children or fencing-token disorder. The long run is one command:
 //! `cargo build --release --bins --examples && target/release/examples/leaderrun-faultrun --faults 1000 [--store postgres]`.
@@ -71,4 +71,9 @@ fn short_fault_run_on_zookeeper_finds_no_overlap() {
 #[test]
 fn short_fault_run_on_kubernetes_finds_no_overlap() {
     short_run("kubernetes", 20);
+}
+
+#[test]
+fn short_fault_run_on_gcs_finds_no_overlap() {
+    short_run("gcs", 20);
 }

@@ -139,6 +139,9 @@ impl GoogleApi {
 }
 
 fn http_client(service: Service) -> Result<reqwest::Client> {
+    // reqwest (`rustls-no-provider`) panics without a process-wide provider: choose ring, as
+    // `url::open` does, for the callers that build an API without it (tests, embedders).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)

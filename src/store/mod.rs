@@ -12,6 +12,8 @@ use async_trait::async_trait;
 pub mod client_timed;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "gcs")]
+pub mod gcs;
 #[cfg(feature = "google")]
 pub mod google;
 #[cfg(feature = "kubernetes")]

@@ -34,6 +34,9 @@ pub enum StoreSpec {
     /// An S3 bucket (`s3://BUCKET[/PREFIX]`), or an S3-compatible server's.
     #[cfg(feature = "s3")]
     S3(super::s3::Target),
+    /// A Cloud Storage bucket (`gs://BUCKET[/PREFIX]`).
+    #[cfg(feature = "gcs")]
+    Gcs(super::gcs::Target),
 }
 
 /// Debug output shows the store as messages do: never a password.
@@ -72,6 +75,8 @@ impl StoreSpec {
             // Client-timed: no lease is judged on any server's clock.
             #[cfg(feature = "s3")]
             StoreSpec::S3(_) => false,
+            #[cfg(feature = "gcs")]
+            StoreSpec::Gcs(_) => false,
         }
     }
 }
@@ -107,6 +112,8 @@ pub const SCHEMES: &[&str] = &[
     "kubernetes",
     #[cfg(feature = "s3")]
     "s3",
+    #[cfg(feature = "gcs")]
+    "gs",
 ];
 
 /// Every scheme any build knows, to tell "not in this build" from "no such store".
@@ -125,6 +132,7 @@ const ALL_SCHEMES: &[&str] = &[
     "k8s",
     "kubernetes",
     "s3",
+    "gs",
 ];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
@@ -154,6 +162,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         "k8s" | "kubernetes" => super::kubernetes::Target::parse(url).map(StoreSpec::Kubernetes),
         #[cfg(feature = "s3")]
         "s3" => super::s3::Target::parse(url).map(StoreSpec::S3),
+        #[cfg(feature = "gcs")]
+        "gs" => super::gcs::Target::parse(url).map(StoreSpec::Gcs),
         other if ALL_SCHEMES.contains(&other) => {
             return Err(format!("--store: this build of leaderrun has no {other}:// store (its cargo feature is off)"))
         }
@@ -236,6 +246,8 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::Kubernetes(target) => super::kubernetes::open(target, access).await,
         #[cfg(feature = "s3")]
         StoreSpec::S3(target) => super::s3::open(target, access).await,
+        #[cfg(feature = "gcs")]
+        StoreSpec::Gcs(target) => super::gcs::open(target, access).await,
     }
 }
 
@@ -294,6 +306,8 @@ pub fn describe(spec: &StoreSpec) -> String {
         StoreSpec::Kubernetes(target) => target.shown.clone(),
         #[cfg(feature = "s3")]
         StoreSpec::S3(target) => target.shown.clone(),
+        #[cfg(feature = "gcs")]
+        StoreSpec::Gcs(target) => target.shown.clone(),
     }
 }
 

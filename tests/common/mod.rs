@@ -100,6 +100,9 @@ pub fn code_of(status: ExitStatus, context: &str) -> i32 {
 /// One temporary directory per test, holding the SQLite store and the children's records.
 pub struct Sandbox {
     dir: tempfile::TempDir,
+    /// Variables every command of this sandbox gets (a store's emulator, which only an
+    /// environment variable can name).
+    env: Vec<(String, String)>,
 }
 
 impl Default for Sandbox {
@@ -113,7 +116,13 @@ impl Sandbox {
         let dir = tempfile::Builder::new().prefix("leaderrun-e2e-").tempdir().expect("create a temp dir");
         // Readable by an unprivileged user, for the tests that drop root's privileges.
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod the temp dir");
-        Self { dir }
+        Self { dir, env: Vec::new() }
+    }
+
+    /// This sandbox, with `name=value` in every command's environment.
+    pub fn with_env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_string(), value.to_string()));
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -145,13 +154,19 @@ impl Sandbox {
             // Nor the caller's libpq or AWS settings: a store URL (and, for S3, the sandbox's
             // ~/.aws) in a test says everything.
             let name_text = name.to_string_lossy();
-            if name_text.starts_with("LEADERRUN_") || name_text.starts_with("PG") || name_text.starts_with("AWS_") {
+            if name_text.starts_with("LEADERRUN_")
+                || name_text.starts_with("PG")
+                || name_text.starts_with("AWS_")
+                || name_text.starts_with("GOOGLE_")
+                || name_text.ends_with("_EMULATOR_HOST")
+            {
                 cmd.env_remove(&name);
             }
         }
         cmd.env("D", self.path()).env(MARKER, self.path()).stdin(Stdio::null());
         // Should a test forget --store, a non-root run still stays in the sandbox.
         cmd.env("HOME", self.file("home")).env("XDG_STATE_HOME", self.file("state"));
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 

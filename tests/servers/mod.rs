@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod fake_gcs;
 pub mod kubernetes;
 pub mod mariadb;
 pub mod moto;

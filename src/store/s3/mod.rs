@@ -4,11 +4,11 @@
 //!
 //! - read: GetObject (404: no record). The version is the object's ETag (with the body's
 //!   write counter, which the next write increments); the server's clock is the response's
-//!   `Date`, the token floor comes from it (`server_clock.rs`).
+//!   `Date`, the token floor comes from it (`client_timed/server_clock.rs`).
 //! - create: PutObject with `If-None-Match: *` (412: someone else created it first); if the
 //!   server's clock still reads the second of the read that found no object, HEAD until it
 //!   does not (at most a second), so that tokens outlive a deleted object
-//!   (`server_clock.rs`); an object that changed or vanished meanwhile is a lost race.
+//!   (`client_timed/server_clock.rs`); an object that changed or vanished meanwhile is a lost race.
 //! - replace: PutObject with `If-Match: ETAG` (412: it changed; 404: it was deleted).
 //! - list: ListObjectsV2 under the prefix, then GetObject of each lock's object.
 //! - changed: S3 cannot watch, so a waiter sends HeadObject about once a second (±50%)
@@ -45,7 +45,8 @@ pub use target::Target;
 
 use self::errors::{classify, Failure};
 use self::object::{key_of, lock_of, Body};
-use self::server_clock::{create_is_settled, floor, DateHeader};
+use self::server_clock::DateHeader;
+use crate::store::client_timed::server_clock::{create_is_settled, floor};
 use crate::store::client_timed::{client_timed, Found, Read, Record, Records, Version, Written};
 use crate::store::url::Access;
 use crate::store::{Result, Store, StoreError};
@@ -194,7 +195,7 @@ impl S3Records {
     }
 
     /// Wait until the server's clock has left the second of the read a create's token came
-    /// from (see `server_clock.rs`); false if the object changed or vanished meanwhile.
+    /// from (see `client_timed/server_clock.rs`); false if the object changed or vanished meanwhile.
     async fn settle_create(
         &self,
         key: &str,

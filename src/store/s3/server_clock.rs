@@ -1,62 +1,15 @@
-//! The S3 server's clock (each response's `Date` header), and the fencing-token floor
-//! derived from it.
-//!
-//! S3 has no counter that survives an object: delete the lock's object and its token chain
-//! is gone. So tokens follow the server's clock as well as the chain: a lock's token is
-//! `max(previous token, floor) + 1`, where the floor is the whole seconds of the read's
-//! `Date` times 1,000,000, or the NEXT second's when the object is absent. No realistic
-//! acquisition rate outruns a million a second, so the chain restarts from each new second's
-//! floor and stays below the next second's. A create (the only write that cannot see the
-//! previous token) starts above every second up to the one it read in; the one danger is a
-//! second create read in that SAME second (after a deletion), which would repeat its token.
-//! So a create counts only once the server's clock has left the second of its read
-//! (`create_is_settled`): then every later read, and so every later create, comes from a
-//! later second and starts above every token of this object's life. The cost: the first
-//! acquisition of a lock, and the first after its object was deleted, wait for the rest of
-//! that second (nothing if it had already passed when the write was answered; half a second
-//! on average, at most one). This holds as long as the `Date` the bucket's servers send never
-//! goes back by a second (a stepped-back clock, or servers whose clocks straddle a second
-//! boundary, could repeat a token after a deletion; while the object lives, the chain alone
-//! keeps tokens increasing). A server that sends no `Date` gives floor 0: the chain only.
-//! Tokens are about 1.8·10^15 today: exact in JSON doubles (below 2^53) until the year 2255.
+//! The S3 server's clock: each response's `Date` header, caught by an interceptor on the
+//! AWS SDK's request. The token floor and the create's settling that rest on it are shared
+//! with Cloud Storage (`client_timed/server_clock.rs`).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use aws_sdk_s3::config::interceptors::BeforeDeserializationInterceptorContextRef;
 use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_s3::error::BoxError;
-use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
 
-/// Tokens per second of the server's clock.
-pub const TOKENS_PER_SECOND: u64 = 1_000_000;
-
-/// A create counts once the server's clock is this many seconds past the start of the
-/// second its read was answered in.
-pub const CREATE_SETTLES_AFTER: u64 = 1;
-
-/// The floor for a read answered at `date`: every token taken before that read is below it,
-/// given the confirmation a create waits for.
-pub fn floor(date: Option<SystemTime>, object_exists: bool) -> u64 {
-    let Some(seconds) = date.and_then(|d| d.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs()) else {
-        return 0;
-    };
-    let seconds = if object_exists { seconds } else { seconds + 1 };
-    seconds.saturating_mul(TOKENS_PER_SECOND)
-}
-
-/// Whether the server's clock, read at `now`, has left the second of the read (answered at
-/// `read`) that a create's token came from, so that the create may count.
-pub fn create_is_settled(read: Option<SystemTime>, now: Option<SystemTime>) -> bool {
-    match (read, now) {
-        (Some(read), Some(now)) => now >= whole_second(read) + Duration::from_secs(CREATE_SETTLES_AFTER),
-        _ => true, // no server clock: no floor to protect
-    }
-}
-
-fn whole_second(at: SystemTime) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
-}
+use crate::store::client_timed::server_clock::parse_http_date;
 
 /// Records the `Date` header of one request's response (whatever its status), for the
 /// request it is attached to with `.customize().interceptor(..)`.
@@ -86,58 +39,5 @@ impl Intercept for DateHeader {
             *self.0.lock().unwrap_or_else(|e| e.into_inner()) = date;
         }
         Ok(())
-    }
-}
-
-fn parse_http_date(text: &str) -> Option<SystemTime> {
-    SystemTime::try_from(DateTime::from_str(text, DateTimeFormat::HttpDate).ok()?).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(secs: u64, millis: u64) -> Option<SystemTime> {
-        Some(UNIX_EPOCH + Duration::from_millis(secs * 1000 + millis))
-    }
-
-    #[test]
-    fn floors_follow_the_servers_seconds() {
-        assert_eq!(floor(at(1_700_000_000, 999), true), 1_700_000_000 * TOKENS_PER_SECOND);
-        assert_eq!(floor(at(1_700_000_000, 0), false), 1_700_000_001 * TOKENS_PER_SECOND);
-        assert_eq!(floor(None, false), 0);
-        assert_eq!(parse_http_date("Mon, 23 Nov 2026 08:07:17 GMT"), at(1_795_421_237, 0));
-    }
-
-    /// The claim the floor rests on, played out: tokens taken through creates, takeovers and
-    /// deletions, with reads in the same second as the writes before them, never repeat
-    /// or go down, so long as the server's seconds never go back.
-    #[test]
-    fn tokens_outlive_a_deleted_object() {
-        let mut last = 0u64;
-        let mut chain: Option<u64> = None; // the object's token, None once deleted
-        let take = |chain: Option<u64>, second: u64| match chain {
-            Some(previous) => previous.max(floor(at(second, 0), true)) + 1,
-            None => floor(at(second, 0), false) + 1,
-        };
-        let mut second = 1_700_000_000;
-        for step in 0..2_000u64 {
-            // Several acquisitions in one second, then a deletion within that same second.
-            let created = chain.is_none();
-            let token = take(chain, second);
-            assert!(token > last, "step {step}: token {token} after {last}");
-            (last, chain) = (token, Some(token));
-            if created {
-                // The creator waits until the server's clock has left the second of its read.
-                assert!(!create_is_settled(at(second, 500), at(second, 999)));
-                assert!(create_is_settled(at(second, 500), at(second + 1, 0)));
-                second += CREATE_SETTLES_AFTER;
-            }
-            match step % 7 {
-                0 => chain = None, // deleted at once
-                3 => second += 1,  // the clock moves on
-                _ => {}            // another acquisition in the same second
-            }
-        }
     }
 }

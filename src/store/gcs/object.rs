@@ -1,0 +1,254 @@
+//! One object per lock: its name, its record (a small JSON document kept in the object's
+//! custom metadata, so that a metadata read or a listing carries it), and the multipart
+//! upload that writes both.
+//!
+//! Names: `PREFIX` + the lock name with `%` written `%25`, `/` written `%2F`, a leading
+//! `.` written `%2E`, and control characters (Cloud Storage refuses line breaks in names)
+//! written `%XX`; every other character stays as it is (names are UTF-8). Decoding turns
+//! each `%XX` back into its byte, so two lock names never share an object, a name never
+//! reaches into a "folder" below the prefix, and names starting with `.` (the
+//! conditional-write probe) are never locks. The same scheme as the S3 store's keys.
+//!
+//! Every upload makes a new generation, so every write changes the version (`G/M`), even
+//! one that writes the same record again: no write counter is needed (S3 needs one).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::client_timed::Record;
+
+/// The longest object name Cloud Storage accepts, in bytes of UTF-8.
+const MAX_NAME_BYTES: usize = 1024;
+
+/// The custom metadata key that holds the record.
+pub const METADATA_KEY: &str = "leaderrun";
+
+/// The object name of `lock` under `prefix`, or why it cannot have one (too long).
+pub fn name_of(prefix: &str, lock: &str) -> Result<String, String> {
+    let mut name = String::with_capacity(prefix.len() + lock.len());
+    name.push_str(prefix);
+    for (i, c) in lock.chars().enumerate() {
+        match c {
+            '%' => name.push_str("%25"),
+            '/' => name.push_str("%2F"),
+            '.' if i == 0 => name.push_str("%2E"),
+            c if c.is_ascii_control() => name.push_str(&format!("%{:02X}", c as u8)),
+            c => name.push(c),
+        }
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "the object name for lock {lock:?} would be {} bytes long; Cloud Storage takes at most \
+             {MAX_NAME_BYTES} (use a shorter lock name or prefix)",
+            name.len()
+        ));
+    }
+    Ok(name)
+}
+
+/// The lock name an object name under `prefix` stands for, if it is a lock's object.
+pub fn lock_of(prefix: &str, name: &str) -> Option<String> {
+    let encoded = name.strip_prefix(prefix)?;
+    if encoded.is_empty() || encoded.starts_with('.') || encoded.contains('/') {
+        return None;
+    }
+    let lock = String::from_utf8(crate::store::url::percent_decode_bytes(encoded)).ok()?;
+    // Only the canonical spelling is a lock ("a%41" is not "aA"'s object).
+    (name_of(prefix, &lock).ok()? == name).then_some(lock)
+}
+
+/// An object name as one segment of a URL path (`/o/NAME`): every byte but the unreserved
+/// ones percent-encoded, `/` included, as the JSON API wants it.
+pub fn path_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() * 3);
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The record as the object keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Body {
+    /// Marks leaderrun's objects (and the layout, should it ever change).
+    pub leaderrun: u32,
+    pub holder: String,
+    pub ttl_seconds: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed_ms: Option<u64>,
+    pub transitions: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    pub revoked: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_until_ms: Option<u64>,
+}
+
+fn millis(at: Option<SystemTime>) -> Option<u64> {
+    at.map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64)
+}
+
+fn time(ms: Option<u64>) -> Option<SystemTime> {
+    ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+impl Body {
+    pub const LAYOUT: u32 = 1;
+
+    pub fn new(record: &Record) -> Self {
+        Body {
+            leaderrun: Self::LAYOUT,
+            holder: record.holder.clone(),
+            ttl_seconds: record.ttl_seconds,
+            acquired_ms: millis(record.acquired),
+            renewed_ms: millis(record.renewed),
+            transitions: record.transitions,
+            token: record.token,
+            revoked: record.revoked,
+            kept_until_ms: millis(record.kept_until),
+        }
+    }
+
+    pub fn record(&self) -> Record {
+        Record {
+            holder: self.holder.clone(),
+            ttl_seconds: self.ttl_seconds,
+            acquired: time(self.acquired_ms),
+            renewed: time(self.renewed_ms),
+            transitions: self.transitions,
+            token: self.token,
+            revoked: self.revoked,
+            kept_until: time(self.kept_until_ms),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a body always serializes")
+    }
+
+    /// Parse the metadata value; the error says why it is not one of leaderrun's.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let body: Body = serde_json::from_str(text).map_err(|e| format!("not a leaderrun lock object ({e})"))?;
+        if body.leaderrun != Self::LAYOUT {
+            return Err(format!(
+                "written in layout {} by another leaderrun version; this one reads layout 1",
+                body.leaderrun
+            ));
+        }
+        Ok(body)
+    }
+}
+
+/// A `multipart/related` upload (the JSON API's `uploadType=multipart`): the object's
+/// resource (its name, content type and custom metadata) and its content. The only upload
+/// kind whose preconditions every server honours (fake-gcs-server 1.54 ignores them on
+/// media and resumable uploads).
+pub struct Multipart {
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+/// The upload of object `name` whose metadata (and content, for people who download it)
+/// is `record`, or any other `content`.
+pub fn multipart(name: &str, metadata: Option<&str>, content: &[u8], content_type: &str) -> Multipart {
+    let boundary = format!("leaderrun-{:016x}", rand::random::<u64>());
+    let mut resource = serde_json::json!({ "name": name, "contentType": content_type });
+    if let Some(value) = metadata {
+        resource["metadata"] = serde_json::json!({ METADATA_KEY: value });
+    }
+    let mut body = Vec::with_capacity(content.len() * 2 + 256);
+    body.extend_from_slice(
+        format!("--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{resource}\r\n").as_bytes(),
+    );
+    body.extend_from_slice(format!("--{boundary}\r\nContent-Type: {content_type}\r\n\r\n").as_bytes());
+    body.extend_from_slice(content);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    Multipart { content_type: format!("multipart/related; boundary={boundary}"), body }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_collision_free_and_decode_back() {
+        let names = [
+            "a",
+            "a/b",
+            "a%2Fb",
+            "%",
+            "%25",
+            ".",
+            "..",
+            ".hidden",
+            "x.",
+            "日本語 spaces",
+            "back\\slash",
+            "a%41",
+            "line\nbreak\r",
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for lock in names {
+            let name = name_of("p/", lock).unwrap();
+            assert!(name.starts_with("p/") && !name[2..].contains('/') && !name[2..].starts_with('.'), "{name}");
+            assert!(!name.contains(['\r', '\n']), "{name:?}");
+            assert_eq!(lock_of("p/", &name).as_deref(), Some(lock), "{name}");
+            assert!(seen.insert(name), "{lock:?} shares a name");
+        }
+        assert_eq!(name_of("p/", "a/b%").unwrap(), "p/a%2Fb%25");
+        assert_eq!(name_of("p/", "a\nb").unwrap(), "p/a%0Ab");
+    }
+
+    #[test]
+    fn names_that_are_not_locks() {
+        assert_eq!(lock_of("p/", "p/.conditional-write-probe"), None);
+        assert_eq!(lock_of("p/", "p/sub/x"), None);
+        assert_eq!(lock_of("p/", "q/x"), None);
+        assert_eq!(lock_of("p/", "p/a%41"), None);
+        assert_eq!(lock_of("p/", "p/%ff"), None);
+        assert_eq!(lock_of("p/", "p/"), None);
+        let too_long = "😀".repeat(255);
+        assert!(name_of("leaderrun/", &too_long).unwrap_err().contains("at most 1024"));
+    }
+
+    #[test]
+    fn path_segments_escape_everything_but_unreserved_bytes() {
+        assert_eq!(path_segment("leaderrun/a%2Fb c"), "leaderrun%2Fa%252Fb%20c");
+        assert_eq!(path_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn bodies_round_trip() {
+        let record = Record {
+            holder: "host-1".into(),
+            ttl_seconds: 15,
+            acquired: Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)),
+            renewed: Some(UNIX_EPOCH + Duration::from_millis(1_700_000_005_456)),
+            transitions: 3,
+            token: Some(1_700_000_000_000_001),
+            revoked: false,
+            kept_until: None,
+        };
+        assert_eq!(Body::parse(&Body::new(&record).to_json()).unwrap().record(), record);
+        assert!(Body::parse("{}").unwrap_err().contains("not a leaderrun lock object"));
+        let later = Body::new(&record).to_json().replace("\"leaderrun\":1", "\"leaderrun\":2");
+        assert!(Body::parse(&later).unwrap_err().contains("layout 2"));
+    }
+
+    #[test]
+    fn multipart_bodies_carry_the_resource_then_the_content() {
+        let upload = multipart("p/x", Some("{\"a\":1}"), b"{\"a\":1}", "application/json");
+        let boundary = upload.content_type.strip_prefix("multipart/related; boundary=").unwrap();
+        let text = String::from_utf8(upload.body).unwrap();
+        assert!(text.starts_with(&format!("--{boundary}\r\n")) && text.ends_with(&format!("--{boundary}--\r\n")));
+        assert!(text.contains(r#""metadata":{"leaderrun":"{\"a\":1}"}"#), "{text}");
+        assert!(text.contains(r#""name":"p/x""#), "{text}");
+    }
+}
