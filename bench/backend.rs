@@ -11,6 +11,7 @@ use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
 use crate::servers::{
+    datastore_emulator::DatastoreEmulator,
     etcd::Etcd, kubernetes::KubeApiServer, mariadb::Mariadb, nats::Nats, postgres::Postgres, redis::Redis,
     zookeeper::ZooKeeper,
 };
@@ -25,6 +26,7 @@ pub enum Kind {
     Nats,
     ZooKeeper,
     Kubernetes,
+    Datastore,
 }
 
 impl Kind {
@@ -38,9 +40,10 @@ impl Kind {
             "nats" => Ok(Kind::Nats),
             "zookeeper" | "zk" => Ok(Kind::ZooKeeper),
             "kubernetes" | "k8s" => Ok(Kind::Kubernetes),
+            "datastore" => Ok(Kind::Datastore),
             other => Err(format!(
                 "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, \
-                 kubernetes"
+                 kubernetes, datastore"
             )),
         }
     }
@@ -55,6 +58,7 @@ enum Server {
     Nats(Nats),
     ZooKeeper(ZooKeeper),
     Kubernetes(KubeApiServer),
+    Datastore(DatastoreEmulator),
 }
 
 pub struct Backend {
@@ -76,6 +80,7 @@ impl Backend {
             Kind::Nats => Server::Nats(Nats::start()),
             Kind::ZooKeeper => Server::ZooKeeper(ZooKeeper::start()),
             Kind::Kubernetes => Server::Kubernetes(KubeApiServer::start()),
+            Kind::Datastore => Server::Datastore(DatastoreEmulator::start()),
         };
         let mut backend = Self { server, proxies: Vec::new(), kubeconfigs: Vec::new() };
         if let Some(port) = backend.port() {
@@ -104,6 +109,14 @@ impl Backend {
                 let file = contender.and_then(|i| self.kubeconfigs.get(i).cloned()).unwrap_or_else(|| api.kubeconfig());
                 vec![("KUBECONFIG".to_string(), file)]
             }
+            // The emulator's address is an environment variable, as Google's libraries read it.
+            Server::Datastore(ds) => {
+                let host = match contender.and_then(|i| self.proxies.get(i)) {
+                    Some(proxy) => format!("127.0.0.1:{}", proxy.port()),
+                    None => ds.host(),
+                };
+                vec![("DATASTORE_EMULATOR_HOST".to_string(), PathBuf::from(host))]
+            }
             _ => Vec::new(),
         }
     }
@@ -118,6 +131,7 @@ impl Backend {
             Server::Nats(n) => Some(n.port()),
             Server::ZooKeeper(z) => Some(z.port()),
             Server::Kubernetes(api) => Some(api.port()),
+            Server::Datastore(ds) => Some(ds.port()),
         }
     }
 
@@ -133,6 +147,8 @@ impl Backend {
             Server::ZooKeeper(z) => z.url(),
             // The server is in the kubeconfig (`env`); the URL names the namespace.
             Server::Kubernetes(_) => format!("k8s://{}", crate::servers::kubernetes::NAMESPACE),
+            // The server is in the environment (`env`).
+            Server::Datastore(ds) => ds.url(),
         }
     }
 
@@ -156,6 +172,22 @@ impl Backend {
         self.port().is_some()
     }
 
+    /// Whether a server restart may start its token floor again (the Datastore emulator
+    /// restarts its version counter): fencing tokens are then compared within one
+    /// server epoch, between restarts.
+    pub fn floor_restarts_with_server(&self) -> bool {
+        matches!(self.server, Server::Datastore(_))
+    }
+
+    /// How a server fault restarts the server, for the report.
+    pub fn restart_signal(&self) -> &'static str {
+        match self.server {
+            // SIGKILL would lose every write since it started: it saves on SIGTERM only.
+            Server::Datastore(_) => "SIGTERM",
+            _ => "SIGKILL",
+        }
+    }
+
     /// Every process of the server: the one listening on its port and its children
     /// (PostgreSQL's backends).
     fn server_pids(&self) -> Vec<Pid> {
@@ -169,6 +201,9 @@ impl Backend {
         };
         if let Some(pid) = known {
             return pid.map(|pid| Pid::from_raw(pid as i32)).into_iter().collect();
+        }
+        if let Server::Datastore(ds) = &self.server {
+            return ds.pids().into_iter().map(Pid::from_raw).collect();
         }
         let Some(port) = self.port() else { return Vec::new() };
         let mut main = Vec::new();
@@ -197,8 +232,14 @@ impl Backend {
         main.iter().copied().chain(children).map(Pid::from_raw).collect()
     }
 
-    /// SIGKILL the server, keep it down for `down`, start it again.
+    /// SIGKILL the server (the Datastore emulator: SIGTERM), keep it down for `down`, start
+    /// it again.
     pub fn kill_server(&self, down: Duration) {
+        if let Server::Datastore(ds) = &self.server {
+            ds.stop();
+            std::thread::sleep(down);
+            return ds.start_again();
+        }
         for pid in self.server_pids() {
             let _ = kill(pid, Signal::SIGKILL);
         }
@@ -230,6 +271,7 @@ impl Backend {
                 api.stop();
                 api.start_again()
             }),
+            Server::Datastore(_) => {}
         }
     }
 

@@ -139,6 +139,9 @@ impl GoogleApi {
 }
 
 fn http_client(service: Service) -> Result<reqwest::Client> {
+    // reqwest brings no TLS provider of its own (and panics without one): ring, as
+    // `store::url::open` chooses for the whole process; already chosen is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)

@@ -34,6 +34,9 @@ pub enum StoreSpec {
     /// An S3 bucket (`s3://BUCKET[/PREFIX]`), or an S3-compatible server's.
     #[cfg(feature = "s3")]
     S3(super::s3::Target),
+    /// Datastore entities (`datastore://PROJECT[/NAMESPACE]`), or Firestore in Datastore mode's.
+    #[cfg(feature = "datastore")]
+    Datastore(super::datastore::Target),
 }
 
 /// Debug output shows the store as messages do: never a password.
@@ -72,6 +75,22 @@ impl StoreSpec {
             // Client-timed: no lease is judged on any server's clock.
             #[cfg(feature = "s3")]
             StoreSpec::S3(_) => false,
+            // Client-timed too.
+            #[cfg(feature = "datastore")]
+            StoreSpec::Datastore(_) => false,
+        }
+    }
+
+    /// Whether this store can keep a lock of this name (beyond `validate_lock_name`'s
+    /// rules): a bare reason if not, for a usage error before anything connects.
+    pub fn check_lock_name(&self, lock: &str) -> Result<(), String> {
+        match self {
+            #[cfg(feature = "datastore")]
+            StoreSpec::Datastore(_) => super::datastore::check_lock_name(lock),
+            _ => {
+                let _ = lock;
+                Ok(())
+            }
         }
     }
 }
@@ -107,6 +126,8 @@ pub const SCHEMES: &[&str] = &[
     "kubernetes",
     #[cfg(feature = "s3")]
     "s3",
+    #[cfg(feature = "datastore")]
+    "datastore",
 ];
 
 /// Every scheme any build knows, to tell "not in this build" from "no such store".
@@ -125,6 +146,7 @@ const ALL_SCHEMES: &[&str] = &[
     "k8s",
     "kubernetes",
     "s3",
+    "datastore",
 ];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
@@ -154,6 +176,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         "k8s" | "kubernetes" => super::kubernetes::Target::parse(url).map(StoreSpec::Kubernetes),
         #[cfg(feature = "s3")]
         "s3" => super::s3::Target::parse(url).map(StoreSpec::S3),
+        #[cfg(feature = "datastore")]
+        "datastore" => super::datastore::Target::parse(url).map(StoreSpec::Datastore),
         other if ALL_SCHEMES.contains(&other) => {
             return Err(format!("--store: this build of leaderrun has no {other}:// store (its cargo feature is off)"))
         }
@@ -236,6 +260,8 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::Kubernetes(target) => super::kubernetes::open(target, access).await,
         #[cfg(feature = "s3")]
         StoreSpec::S3(target) => super::s3::open(target, access).await,
+        #[cfg(feature = "datastore")]
+        StoreSpec::Datastore(target) => super::datastore::open(target, access).await,
     }
 }
 
@@ -294,6 +320,8 @@ pub fn describe(spec: &StoreSpec) -> String {
         StoreSpec::Kubernetes(target) => target.shown.clone(),
         #[cfg(feature = "s3")]
         StoreSpec::S3(target) => target.shown.clone(),
+        #[cfg(feature = "datastore")]
+        StoreSpec::Datastore(target) => target.shown.clone(),
     }
 }
 
