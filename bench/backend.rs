@@ -11,9 +11,8 @@ use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
 use crate::servers::{
-    datastore_emulator::DatastoreEmulator,
-    etcd::Etcd, kubernetes::KubeApiServer, mariadb::Mariadb, nats::Nats, postgres::Postgres, redis::Redis,
-    zookeeper::ZooKeeper,
+    datastore_emulator::DatastoreEmulator, etcd::Etcd, kubernetes::KubeApiServer, mariadb::Mariadb, nats::Nats,
+    postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -517,10 +517,8 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
         }
     }
     let across_restart = |a: &Life, b: &Life| epochs.iter().any(|&t| a.start < t && t <= b.start);
-    let (disorder, disorder_across): (Vec<_>, Vec<_>) = ordered
-        .windows(2)
-        .filter(|w| w[1].1.token <= w[0].1.token)
-        .partition(|w| !across_restart(w[0].1, w[1].1));
+    let (disorder, disorder_across): (Vec<_>, Vec<_>) =
+        ordered.windows(2).filter(|w| w[1].1.token <= w[0].1.token).partition(|w| !across_restart(w[0].1, w[1].1));
     let (disorder, disorder_across) = (disorder.len(), disorder_across.len());
 
     // Failover gap per fault kind: from the end of the faulted holder's child (its last

@@ -63,10 +63,11 @@ impl Api {
         }
         let url = format!("{}/v1/projects/{}:{method}", self.google.base(), self.place.project);
         let at = format!("{}: {method} {what}", self.shown);
-        let request = self.google.request(reqwest::Method::POST, &url).await.map_err(|e| StoreError {
-            message: format!("{}: {}", self.shown, e.message),
-            ..e
-        })?;
+        let request = self
+            .google
+            .request(reqwest::Method::POST, &url)
+            .await
+            .map_err(|e| StoreError { message: format!("{}: {}", self.shown, e.message), ..e })?;
         let response = request
             .json(&body)
             .send()
@@ -85,7 +86,11 @@ impl Api {
             // Not Google's error format: a proxy's page, or no Datastore API at this address.
             let what = if status == 404 { " (no Datastore API answers here)" } else { "" };
             let failure = format!("{at}: HTTP {status}{what}");
-            return Err(if is_retryable(status) { StoreError::unavailable(failure) } else { StoreError::refused(failure) });
+            return Err(if is_retryable(status) {
+                StoreError::unavailable(failure)
+            } else {
+                StoreError::refused(failure)
+            });
         };
         let code = error["status"].as_str().unwrap_or_default().to_string();
         let message = one_line(error["message"].as_str().unwrap_or_default());

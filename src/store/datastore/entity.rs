@@ -170,7 +170,8 @@ mod tests {
             revoked: true,
             kept_until: Some(at + Duration::from_secs(60)),
         };
-        let place = Place { project: "p".into(), database: String::new(), namespace: "ns".into(), kind: "Lease".into() };
+        let place =
+            Place { project: "p".into(), database: String::new(), namespace: "ns".into(), kind: "Lease".into() };
         let (entity, nonce) = super::entity(place.key("lock"), &written);
         assert_eq!(record(&entity).unwrap(), (written.clone(), nonce));
         assert_eq!(name_of(&entity), Some("lock"));
@@ -183,7 +184,9 @@ mod tests {
 
     #[test]
     fn someone_elses_entity_is_not_a_record() {
-        assert!(record(&json!({"properties": {"holder": {"stringValue": "x"}}})).unwrap_err().contains("not leaderrun's"));
+        assert!(record(&json!({"properties": {"holder": {"stringValue": "x"}}}))
+            .unwrap_err()
+            .contains("not leaderrun's"));
     }
 
     #[test]

@@ -127,7 +127,10 @@ impl DatastoreRecords {
                 if let Some(transaction) = &transaction {
                     self.api.rollback(&what, transaction).await;
                 }
-                return Err(StoreError::unavailable(format!("{}: lookup {what}: the server deferred it", self.api.shown)));
+                return Err(StoreError::unavailable(format!(
+                    "{}: lookup {what}: the server deferred it",
+                    self.api.shown
+                )));
             }
         };
         let version = number(&result["version"]).ok_or_else(|| unreadable("no version in the answer"))?;
@@ -146,7 +149,13 @@ impl DatastoreRecords {
 
     /// Commit `mutation` (with a fresh nonce in `nonce`): the new version, or `None` on a
     /// lost race (a conflict, an entity already there or gone, an expired transaction).
-    async fn commit(&self, lock: &str, what: &str, transaction: Option<&Value>, mutation: Value) -> Result<Option<u64>> {
+    async fn commit(
+        &self,
+        lock: &str,
+        what: &str,
+        transaction: Option<&Value>,
+        mutation: Value,
+    ) -> Result<Option<u64>> {
         let mut body = json!({"mode": "NON_TRANSACTIONAL", "mutations": [mutation]});
         if let Some(transaction) = transaction {
             body["mode"] = json!("TRANSACTIONAL");
@@ -249,7 +258,10 @@ impl Records for DatastoreRecords {
             // The emulator says MORE_RESULTS_AFTER_LIMIT even when there is no limit: an empty
             // batch (or a cursor that does not move) is the end there.
             let next = batch.get("endCursor").cloned();
-            if results.is_empty() || batch["moreResults"] == json!("NO_MORE_RESULTS") || next.is_none() || next == cursor
+            if results.is_empty()
+                || batch["moreResults"] == json!("NO_MORE_RESULTS")
+                || next.is_none()
+                || next == cursor
             {
                 return Ok(locks);
             }
