@@ -1,5 +1,5 @@
 //! The short fault runs: a few dozen faults against `leaderrun --wait` contenders, on the
-//! embedded store, on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers and on the test Kubernetes
+//! embedded store, on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers, Google's Datastore emulator and on the test Kubernetes
 //! API server (started by the run itself,
 //! with server kill/restart, freeze and network faults); each fails on any overlapping
 //! children or fencing-token disorder. The long run is one command:
@@ -71,4 +71,11 @@ fn short_fault_run_on_zookeeper_finds_no_overlap() {
 #[test]
 fn short_fault_run_on_kubernetes_finds_no_overlap() {
     short_run("kubernetes", 20);
+}
+
+/// The emulator restarts by SIGTERM only (a SIGKILL loses its data); tokens compare within
+/// one run of it (its version counter starts again).
+#[test]
+fn short_fault_run_on_datastore_finds_no_overlap() {
+    short_run("datastore", 20);
 }

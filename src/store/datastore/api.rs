@@ -61,6 +61,7 @@ impl Api {
         if !self.place.database.is_empty() {
             body["databaseId"] = Value::String(self.place.database.clone());
         }
+        tracing::trace!(op = method, "store request");
         let url = format!("{}/v1/projects/{}:{method}", self.google.base(), self.place.project);
         let at = format!("{}: {method} {what}", self.shown);
         let request = self

@@ -214,7 +214,13 @@ impl Records for DatastoreRecords {
             )));
         };
         let current = match &looked.found {
-            Some((entity, v)) => Some(self.found(lock, entity, *v)?.version),
+            Some((entity, v)) => match self.found(lock, entity, *v) {
+                Ok(found) => Some(found.version),
+                Err(err) => {
+                    self.api.rollback(&what, &transaction).await;
+                    return Err(err);
+                }
+            },
             None => None,
         };
         if current.as_ref() != Some(previous) {
