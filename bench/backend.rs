@@ -11,8 +11,8 @@ use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
 use crate::servers::{
-    etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb, moto::Moto, nats::Nats,
-    postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
+    datastore_emulator::DatastoreEmulator, etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb,
+    moto::Moto, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +27,7 @@ pub enum Kind {
     Kubernetes,
     S3,
     Gcs,
+    Datastore,
 }
 
 impl Kind {
@@ -42,9 +43,10 @@ impl Kind {
             "kubernetes" | "k8s" => Ok(Kind::Kubernetes),
             "s3" => Ok(Kind::S3),
             "gcs" | "gs" => Ok(Kind::Gcs),
+            "datastore" => Ok(Kind::Datastore),
             other => Err(format!(
                 "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, \
-                 kubernetes, s3, gcs"
+                 kubernetes, s3, gcs, datastore"
             )),
         }
     }
@@ -61,6 +63,7 @@ enum Server {
     Kubernetes(KubeApiServer),
     S3(Moto),
     Gcs(FakeGcs),
+    Datastore(DatastoreEmulator),
 }
 
 pub struct Backend {
@@ -84,6 +87,7 @@ impl Backend {
             Kind::Kubernetes => Server::Kubernetes(KubeApiServer::start()),
             Kind::S3 => Server::S3(Moto::start()),
             Kind::Gcs => Server::Gcs(FakeGcs::start()),
+            Kind::Datastore => Server::Datastore(DatastoreEmulator::start()),
         };
         let mut backend = Self { server, proxies: Vec::new(), kubeconfigs: Vec::new() };
         if let Some(port) = backend.port() {
@@ -126,6 +130,14 @@ impl Backend {
                 let port = contender.and_then(|i| self.proxies.get(i)).map_or(gcs.port(), Proxy::port);
                 vec![("STORAGE_EMULATOR_HOST".to_string(), PathBuf::from(format!("http://127.0.0.1:{port}")))]
             }
+            // The emulator's address is an environment variable, as Google's libraries read it.
+            Server::Datastore(ds) => {
+                let host = match contender.and_then(|i| self.proxies.get(i)) {
+                    Some(proxy) => format!("127.0.0.1:{}", proxy.port()),
+                    None => ds.host(),
+                };
+                vec![("DATASTORE_EMULATOR_HOST".to_string(), PathBuf::from(host))]
+            }
             _ => Vec::new(),
         }
     }
@@ -142,6 +154,7 @@ impl Backend {
             Server::Kubernetes(api) => Some(api.port()),
             Server::S3(moto) => Some(moto.port()),
             Server::Gcs(gcs) => Some(gcs.port()),
+            Server::Datastore(ds) => Some(ds.port()),
         }
     }
 
@@ -161,6 +174,8 @@ impl Backend {
             Server::S3(moto) => moto.url(),
             // The server is in STORAGE_EMULATOR_HOST (`env`); the URL names the bucket.
             Server::Gcs(gcs) => gcs.url(),
+            // The server is in the environment (`env`).
+            Server::Datastore(ds) => ds.url(),
         }
     }
 
@@ -184,6 +199,22 @@ impl Backend {
         self.port().is_some()
     }
 
+    /// Whether a server restart may start its token floor again (the Datastore emulator
+    /// restarts its version counter): fencing tokens are then compared within one
+    /// server epoch, between restarts.
+    pub fn floor_restarts_with_server(&self) -> bool {
+        matches!(self.server, Server::Datastore(_))
+    }
+
+    /// How a server fault restarts the server, for the report.
+    pub fn restart_signal(&self) -> &'static str {
+        match self.server {
+            // SIGKILL would lose every write since it started: it saves on SIGTERM only.
+            Server::Datastore(_) => "SIGTERM",
+            _ => "SIGKILL",
+        }
+    }
+
     /// Every process of the server: the one listening on its port and its children
     /// (PostgreSQL's backends).
     fn server_pids(&self) -> Vec<Pid> {
@@ -199,6 +230,9 @@ impl Backend {
         };
         if let Some(pid) = known {
             return pid.map(|pid| Pid::from_raw(pid as i32)).into_iter().collect();
+        }
+        if let Server::Datastore(ds) = &self.server {
+            return ds.pids().into_iter().map(Pid::from_raw).collect();
         }
         let Some(port) = self.port() else { return Vec::new() };
         let mut main = Vec::new();
@@ -227,8 +261,14 @@ impl Backend {
         main.iter().copied().chain(children).map(Pid::from_raw).collect()
     }
 
-    /// SIGKILL the server, keep it down for `down`, start it again.
+    /// SIGKILL the server (the Datastore emulator: SIGTERM), keep it down for `down`, start
+    /// it again.
     pub fn kill_server(&self, down: Duration) {
+        if let Server::Datastore(ds) = &self.server {
+            ds.stop();
+            std::thread::sleep(down);
+            return ds.start_again();
+        }
         for pid in self.server_pids() {
             let _ = kill(pid, Signal::SIGKILL);
         }
@@ -272,6 +312,7 @@ impl Backend {
                 gcs.stop();
                 gcs.start_again()
             }),
+            Server::Datastore(_) => {}
         }
     }
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import urllib.request
 import math
 import os
 import random
@@ -286,6 +287,42 @@ def stop_gcs(info: dict) -> None:
     stop_server(info)
 
 
+DATASTORE_EMULATOR = Path(os.environ.get(
+    "LEADERRUN_DATASTORE_EMULATOR",
+    "/usr/lib/google-cloud-sdk/platform/cloud-datastore-emulator/cloud_datastore_emulator"))
+
+
+def start_datastore(d: Path, procs: "Procs") -> dict:
+    """Google's Cloud Datastore emulator (a bash script running java: a process group of its
+    own), found through DATASTORE_EMULATOR_HOST, which every process started afterwards
+    inherits. Ready when GET / answers Ok."""
+    port = free_port()
+    server = procs.spawn([DATASTORE_EMULATOR, "start", "--host=127.0.0.1", f"--port={port}",
+                          "--store_on_disk=false", "--consistency=1.0", d / "datastore"])
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
+                if r.read().strip() == b"Ok":
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise RuntimeError("the Datastore emulator did not start")
+        time.sleep(0.2)
+    os.environ["DATASTORE_EMULATOR_HOST"] = f"127.0.0.1:{port}"
+    return {"port": port, "server": server}
+
+
+def stop_datastore(info: dict) -> None:
+    os.environ.pop("DATASTORE_EMULATOR_HOST", None)
+    try:
+        os.killpg(info["server"].pid, signal.SIGTERM)  # the script and its java
+    except ProcessLookupError:
+        pass
+    stop_server(info)
+
+
 def wait_for_port(port: int, server: subprocess.Popen, name: str) -> None:
     deadline = time.monotonic() + 30
     while True:
@@ -326,6 +363,8 @@ STORES: list[Store] = [
     Store("gcs", url=lambda s: "gs://leaderrun-bench", start=start_gcs, stop=stop_gcs,
           note="fake-gcs-server 1.54 on loopback (objects on disk), polled about once a second; "
                "no real Cloud Storage"),
+    Store("datastore", url=lambda s: "datastore://leaderrun-bench", start=start_datastore, stop=stop_datastore,
+          note="Google's Cloud Datastore emulator (Java) on loopback, polled lookups; no real Datastore"),
 ]
 
 

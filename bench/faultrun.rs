@@ -172,14 +172,16 @@ fn parse_args() -> Result<Config, String> {
             "--gap-max" => c.gap_max = dur(it.next(), "--gap-max")?,
             "--keep" => c.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
             "--report" => c.report = Some(it.next().ok_or("--report needs a file")?.into()),
-            "--store" => c.store = Kind::parse(&it.next().ok_or(
-                "--store needs a store name (sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, kubernetes, s3, gcs)",
-            )?)?,
+            "--store" => {
+                c.store = Kind::parse(&it.next().ok_or(
+                    "--store needs a store name (sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, kubernetes, s3, gcs, datastore)",
+                )?)?
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
-                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|gcs]"
+                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|gcs|datastore]"
                 );
                 std::process::exit(0);
             }
@@ -337,6 +339,9 @@ impl Run {
             Fault::KillServer => {
                 let down = rand::rng().random_range(0.2..1.5);
                 self.backend.kill_server(ttl.mul_f64(down));
+                if self.backend.floor_restarts_with_server() {
+                    note(&self.log, &format!("EPOCH {}", now_ns()));
+                }
             }
             Fault::FreezeServer => self.backend.freeze_server(ttl.mul_f64(1.5)),
             Fault::CutHolderNetwork => self.backend.network(slot.unwrap_or(0), Mode::Blackhole, ttl.mul_f64(1.5)),
@@ -464,6 +469,9 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
     let text = fs::read_to_string(log).unwrap_or_default();
     let mut lives: BTreeMap<String, Life> = BTreeMap::new();
     let mut caught = 0usize;
+    // When the server restarted with its token floor starting again (the Datastore
+    // emulator's version counter): tokens compare within one epoch only.
+    let mut epochs: Vec<u64> = Vec::new();
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
@@ -486,6 +494,7 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
                 }
             }
             ["OVERLAP", ..] => caught += 1,
+            ["EPOCH", t] => epochs.push(t.parse().unwrap_or(0)),
             _ => {}
         }
     }
@@ -507,7 +516,10 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
             latest_end = Some((life.last, id));
         }
     }
-    let disorder = ordered.windows(2).filter(|w| w[1].1.token <= w[0].1.token).count();
+    let across_restart = |a: &Life, b: &Life| epochs.iter().any(|&t| a.start < t && t <= b.start);
+    let (disorder, disorder_across): (Vec<_>, Vec<_>) =
+        ordered.windows(2).filter(|w| w[1].1.token <= w[0].1.token).partition(|w| !across_restart(w[0].1, w[1].1));
+    let (disorder, disorder_across) = (disorder.len(), disorder_across.len());
 
     // Failover gap per fault kind: from the end of the faulted holder's child (its last
     // sign of life, or the fault itself if that came later, as when the child is
@@ -556,6 +568,12 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
     lines.push(format!("overlaps caught by flock: {caught}"));
     lines.push(format!("overlapping intervals: {overlaps} (longest {:.1} ms)", longest as f64 / 1e6));
     lines.push(format!("fencing tokens out of order: {disorder}"));
+    if !epochs.is_empty() {
+        lines.push(format!(
+            "server restarts that restart the token floor: {} (tokens out of order across one: {disorder_across})",
+            epochs.len()
+        ));
+    }
     lines.push(format!("false losses: {}", false_losses.len()));
     for (identity, _, _) in &false_losses {
         lines.push(format!("  false loss: {identity} exited 75"));
@@ -647,6 +665,9 @@ fn main() {
     let exits = run.exits.lock().unwrap().clone();
     let report = check(&log, &applied, &exits, &run.config);
     let mut out = report.lines.join("\n");
+    if run.backend.has_server() {
+        out.push_str(&format!("\nserver faults restart the server by {}", run.backend.restart_signal()));
+    }
     if liveness_failure {
         out.push_str("\nRESULT: FAIL (liveness: no holder emerged)");
     }

@@ -25,7 +25,7 @@ function __fish_leaderrun_using_subcommand
 end
 
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
-complete -c leaderrun -n "__fish_leaderrun_needs_command" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX; see STORES' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l timeout -d 'With --wait: give up after this long, exit with --conflict-exit-code. It bounds the whole wait, reaching the store included (a store still unreachable then exits 69). Without --wait it bounds how long a one-shot run watches a lease on a store with no server-side expiry (Kubernetes, S3) whose holder may have died: at most one ttl otherwise' -r
@@ -48,14 +48,14 @@ complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "release" -d 'Force
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "init" -d 'Create the store\'s table now, or print the SQL that does it'
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX; see STORES' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -s q -l quiet -d 'Say only errors. By default leaderrun prints nothing unless something went wrong (a lost conflict is not wrong), so it stays quiet in cron'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l json -d 'Print the result as JSON on stdout'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX; see STORES' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
@@ -63,14 +63,14 @@ complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -s q -l quiet 
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -l json -d 'Print the result as JSON on stdout'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX; see STORES' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s q -l quiet -d 'Say only errors. By default leaderrun prints nothing unless something went wrong (a lost conflict is not wrong), so it stays quiet in cron'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l json -d 'Print the result as JSON on stdout'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX; see STORES' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'

@@ -72,7 +72,7 @@ those stores). A renewal that times out, fails or is ambiguous never moves it; o
 the time left before the stop signal gets a second request beside it. The child's process \
 group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
 lease is someone else's, --signal goes at once.",
-    "On a store with no server-side expiry (Kubernetes Leases, S3 and Cloud Storage objects) a standby takes a held lease only after it \
+    "On a store with no server-side expiry (Kubernetes Leases, S3 and Cloud Storage objects, Datastore entities) a standby takes a held lease only after it \
 has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl, as the \
 record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
 most that long (or --timeout): a change means its holder is alive, and the run gives up.",
@@ -201,6 +201,22 @@ pub const STORES: &[(&str, &str)] = &[
          Fencing tokens follow the server's Date (seconds x 1,000,000), as on s3://. Google allows about one \
          write per second to one object: keep --renew-every at 1 s or more (--ttl 3s or more). A 401, 403 or \
          missing bucket exits 69.",
+    ),
+    (
+        "datastore://PROJECT[/NAMESPACE][?kind=Lease&database=ID]",
+        "Datastore, or Firestore in Datastore mode (the same API; Firestore in Native mode is refused). One \
+         entity per lock in the namespace (default: the default namespace), of kind Lease unless ?kind= names \
+         another, its key name the lock name (names like __x__ are reserved by Datastore and refused); \
+         ?database= names a database other than the default. Credentials are Application Default Credentials \
+         (GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login, the metadata server); \
+         DATASTORE_EMULATOR_HOST=host:port points at an emulator. A create is an insert; a renewal reads the \
+         entity in a transaction and commits it only if it is unchanged (version and a random nonce, with \
+         baseVersion as well): a run checks and refuses a server that ignores baseVersion (the Firestore \
+         emulator does). Datastore ends no lease: a standby takes a lock whose entity it has seen unchanged for \
+         ttl x 1.02 + 100 ms, a waiting standby looks about once a second, and deleting the entity frees the lock \
+         at once. Fencing tokens follow the entity versions, which only grow, so they outlive a deleted entity. \
+         --min-hold is judged on the server's read time (the emulator has none: this host's clock). 401 and 403 \
+         exit 69.",
     ),
     (
         "grants",
@@ -376,7 +392,8 @@ impl LockArg {
 pub struct CommonArgs {
     /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
     /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379,
-    /// nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX; see STORES.
+    /// nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX,
+    /// datastore://PROJECT/NAMESPACE; see STORES.
     ///
     /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
     /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),

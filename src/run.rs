@@ -62,6 +62,9 @@ async fn open_for_reading(common: &CommonArgs, lock: Option<&str>) -> Result<Box
         validate_lock_name(lock).map_err(|e| fail(exit::USAGE, e))?;
     }
     let spec = store_spec(common).map_err(|e| fail(exit::USAGE, e))?;
+    if let Some(lock) = lock {
+        spec.check_lock_name(lock).map_err(|e| fail(exit::USAGE, e))?;
+    }
     url::open(&spec, Access::Existing).await.map_err(|e| fail(exit::STORE_UNAVAILABLE, e))
 }
 
@@ -85,6 +88,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         return Err(usage("missing command: give it after --, as in: leaderrun --lock NAME -- ./job.sh".into()));
     };
     let spec = store_spec(&args.common).map_err(usage)?;
+    spec.check_lock_name(&lock).map_err(usage)?;
     let requested = Requested {
         ttl: args.ttl,
         renew_every: args.renew_every,

@@ -1,6 +1,6 @@
 //! The short fault runs: a few dozen faults against `leaderrun --wait` contenders, on the
-//! embedded store, on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers and on the test Kubernetes
-//! API server and fake-gcs-server (started by the run itself,
+//! embedded store, on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers, on the test Kubernetes
+//! API server, moto's S3, fake-gcs-server and Google's Datastore emulator (started by the run itself,
 //! with server kill/restart, freeze and network faults); each fails on any overlapping
 //! children or fencing-token disorder. The long run is one command:
 //! `cargo build --release --bins --examples && target/release/examples/leaderrun-faultrun --faults 1000 [--store postgres]`.
@@ -76,4 +76,16 @@ fn short_fault_run_on_kubernetes_finds_no_overlap() {
 #[test]
 fn short_fault_run_on_gcs_finds_no_overlap() {
     short_run("gcs", 20);
+}
+
+#[test]
+fn short_fault_run_on_s3_finds_no_overlap() {
+    short_run("s3", 20);
+}
+
+/// The emulator restarts by SIGTERM only (a SIGKILL loses its data); tokens compare within
+/// one run of it (its version counter starts again).
+#[test]
+fn short_fault_run_on_datastore_finds_no_overlap() {
+    short_run("datastore", 20);
 }

@@ -10,6 +10,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 pub mod client_timed;
+#[cfg(feature = "datastore")]
+pub mod datastore;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "gcs")]

@@ -37,6 +37,9 @@ pub enum StoreSpec {
     /// A Cloud Storage bucket (`gs://BUCKET[/PREFIX]`).
     #[cfg(feature = "gcs")]
     Gcs(super::gcs::Target),
+    /// Datastore entities (`datastore://PROJECT[/NAMESPACE]`), or Firestore in Datastore mode's.
+    #[cfg(feature = "datastore")]
+    Datastore(super::datastore::Target),
 }
 
 /// Debug output shows the store as messages do: never a password.
@@ -77,6 +80,22 @@ impl StoreSpec {
             StoreSpec::S3(_) => false,
             #[cfg(feature = "gcs")]
             StoreSpec::Gcs(_) => false,
+            // Client-timed too.
+            #[cfg(feature = "datastore")]
+            StoreSpec::Datastore(_) => false,
+        }
+    }
+
+    /// Whether this store can keep a lock of this name (beyond `validate_lock_name`'s
+    /// rules): a bare reason if not, for a usage error before anything connects.
+    pub fn check_lock_name(&self, lock: &str) -> Result<(), String> {
+        match self {
+            #[cfg(feature = "datastore")]
+            StoreSpec::Datastore(_) => super::datastore::check_lock_name(lock),
+            _ => {
+                let _ = lock;
+                Ok(())
+            }
         }
     }
 }
@@ -114,6 +133,8 @@ pub const SCHEMES: &[&str] = &[
     "s3",
     #[cfg(feature = "gcs")]
     "gs",
+    #[cfg(feature = "datastore")]
+    "datastore",
 ];
 
 /// Every scheme any build knows, to tell "not in this build" from "no such store".
@@ -133,6 +154,7 @@ const ALL_SCHEMES: &[&str] = &[
     "kubernetes",
     "s3",
     "gs",
+    "datastore",
 ];
 
 /// Parse `--store`. `None` picks the embedded default file in `state_dir`.
@@ -164,6 +186,8 @@ pub fn parse(url: Option<&str>, state_dir: impl FnOnce() -> Result<PathBuf, Stri
         "s3" => super::s3::Target::parse(url).map(StoreSpec::S3),
         #[cfg(feature = "gcs")]
         "gs" => super::gcs::Target::parse(url).map(StoreSpec::Gcs),
+        #[cfg(feature = "datastore")]
+        "datastore" => super::datastore::Target::parse(url).map(StoreSpec::Datastore),
         other if ALL_SCHEMES.contains(&other) => {
             return Err(format!("--store: this build of leaderrun has no {other}:// store (its cargo feature is off)"))
         }
@@ -248,6 +272,8 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
         StoreSpec::S3(target) => super::s3::open(target, access).await,
         #[cfg(feature = "gcs")]
         StoreSpec::Gcs(target) => super::gcs::open(target, access).await,
+        #[cfg(feature = "datastore")]
+        StoreSpec::Datastore(target) => super::datastore::open(target, access).await,
     }
 }
 
@@ -308,6 +334,8 @@ pub fn describe(spec: &StoreSpec) -> String {
         StoreSpec::S3(target) => target.shown.clone(),
         #[cfg(feature = "gcs")]
         StoreSpec::Gcs(target) => target.shown.clone(),
+        #[cfg(feature = "datastore")]
+        StoreSpec::Datastore(target) => target.shown.clone(),
     }
 }
 
