@@ -26,20 +26,12 @@ fn at(sb: &Sandbox, ds: &DatastoreEmulator, args: &[&str]) -> Command {
     cmd
 }
 
+/// An emulator, and a sandbox whose every command finds it (the shared helpers take only
+/// a URL, and the emulator's address travels in the environment).
 fn datastore() -> (DatastoreEmulator, Sandbox) {
-    (DatastoreEmulator::start(), Sandbox::new())
-}
-
-/// `sb.at` for the shared helpers, which take a URL: the emulator's address travels in
-/// the environment, so the sandbox's HOME gets none and each helper's runs inherit it from
-/// this process (set once per test binary; every test here uses its own emulator, so
-/// these helpers run on one emulator at a time through a lock).
-fn with_emulator_env<T>(ds: &DatastoreEmulator, f: impl FnOnce() -> T) -> T {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: the lock above keeps every test that reads or writes it in this binary in turn.
-    unsafe { std::env::set_var("DATASTORE_EMULATOR_HOST", ds.host()) };
-    f()
+    let ds = DatastoreEmulator::start();
+    let sb = Sandbox::new().with_env("DATASTORE_EMULATOR_HOST", &ds.host());
+    (ds, sb)
 }
 
 #[test]
@@ -60,13 +52,13 @@ fn twenty_contenders_one_winner() {
 #[test]
 fn cron_fleet_runs_each_firing_exactly_once() {
     let (ds, sb) = datastore();
-    with_emulator_env(&ds, || assert_cron_fleet_runs_once(&sb, &ds.url()));
+    assert_cron_fleet_runs_once(&sb, &ds.url());
 }
 
 #[test]
 fn wait_handover_runs_every_waiter_once_in_turn() {
     let (ds, sb) = datastore();
-    with_emulator_env(&ds, || assert_waiters_take_turns(&sb, &ds.url()));
+    assert_waiters_take_turns(&sb, &ds.url());
 }
 
 /// The emulator keeps its entities across a SIGTERM restart (and restarts its version
@@ -74,9 +66,7 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
 #[test]
 fn a_holder_rides_out_an_emulator_restart() {
     let (ds, sb) = datastore();
-    with_emulator_env(&ds, || {
-        assert_holder_rides_out_an_outage(&sb, &ds.url(), || ds.stop(), || ds.start_again(), None)
-    });
+    assert_holder_rides_out_an_outage(&sb, &ds.url(), || ds.stop(), || ds.start_again(), None);
 }
 
 /// Datastore ends no lease: after a kill -9 the entity stays as it was, and the standby
