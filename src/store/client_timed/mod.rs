@@ -34,6 +34,7 @@
 //!   releases. Nobody else may take a revoked record before that (it changed, so standbys
 //!   watch it afresh). A kept record (no child runs under it) is freed at once.
 
+pub mod document;
 mod records;
 pub mod server_clock;
 mod sightings;

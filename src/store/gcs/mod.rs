@@ -124,7 +124,7 @@ impl GcsRecords {
                 object::METADATA_KEY
             ))
         })?;
-        Body::parse(text)
+        Body::parse(text.as_bytes())
             .map(|body| body.record())
             .map_err(|why| StoreError::refused(format!("gs://{}: {} is {why}", self.bucket.name, object.name)))
     }

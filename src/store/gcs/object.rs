@@ -12,11 +12,7 @@
 //! Every upload makes a new generation, so every write changes the version (`G/M`), even
 //! one that writes the same record again: no write counter is needed (S3 needs one).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use serde::{Deserialize, Serialize};
-
-use crate::store::client_timed::Record;
+pub use crate::store::client_timed::document::Document as Body;
 
 /// The longest object name Cloud Storage accepts, in bytes of UTF-8.
 const MAX_NAME_BYTES: usize = 1024;
@@ -72,80 +68,6 @@ pub fn path_segment(name: &str) -> String {
     out
 }
 
-/// The record as the object keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Body {
-    /// Marks leaderrun's objects (and the layout, should it ever change).
-    pub leaderrun: u32,
-    pub holder: String,
-    pub ttl_seconds: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acquired_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub renewed_ms: Option<u64>,
-    pub transitions: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<u64>,
-    pub revoked: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kept_until_ms: Option<u64>,
-}
-
-fn millis(at: Option<SystemTime>) -> Option<u64> {
-    at.map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64)
-}
-
-fn time(ms: Option<u64>) -> Option<SystemTime> {
-    ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
-}
-
-impl Body {
-    pub const LAYOUT: u32 = 1;
-
-    pub fn new(record: &Record) -> Self {
-        Body {
-            leaderrun: Self::LAYOUT,
-            holder: record.holder.clone(),
-            ttl_seconds: record.ttl_seconds,
-            acquired_ms: millis(record.acquired),
-            renewed_ms: millis(record.renewed),
-            transitions: record.transitions,
-            token: record.token,
-            revoked: record.revoked,
-            kept_until_ms: millis(record.kept_until),
-        }
-    }
-
-    pub fn record(&self) -> Record {
-        Record {
-            holder: self.holder.clone(),
-            ttl_seconds: self.ttl_seconds,
-            acquired: time(self.acquired_ms),
-            renewed: time(self.renewed_ms),
-            transitions: self.transitions,
-            token: self.token,
-            revoked: self.revoked,
-            kept_until: time(self.kept_until_ms),
-        }
-    }
-
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a body always serializes")
-    }
-
-    /// Parse the metadata value; the error says why it is not one of leaderrun's.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let body: Body = serde_json::from_str(text).map_err(|e| format!("not a leaderrun lock object ({e})"))?;
-        if body.leaderrun != Self::LAYOUT {
-            return Err(format!(
-                "written in layout {} by another leaderrun version; this one reads layout 1",
-                body.leaderrun
-            ));
-        }
-        Ok(body)
-    }
-}
-
 /// A `multipart/related` upload (the JSON API's `uploadType=multipart`): the object's
 /// resource (its name, content type and custom metadata) and its content. The only upload
 /// kind whose preconditions every server honours (fake-gcs-server 1.54 ignores them on
@@ -175,7 +97,10 @@ pub fn multipart(name: &str, metadata: Option<&str>, content: &[u8], content_typ
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use super::*;
+    use crate::store::client_timed::Record;
 
     #[test]
     fn names_are_collision_free_and_decode_back() {
@@ -236,10 +161,10 @@ mod tests {
             revoked: false,
             kept_until: None,
         };
-        assert_eq!(Body::parse(&Body::new(&record).to_json()).unwrap().record(), record);
-        assert!(Body::parse("{}").unwrap_err().contains("not a leaderrun lock object"));
+        assert_eq!(Body::parse(Body::new(&record).to_json().as_bytes()).unwrap().record(), record);
+        assert!(Body::parse(b"{}").unwrap_err().contains("not a leaderrun lock object"));
         let later = Body::new(&record).to_json().replace("\"leaderrun\":1", "\"leaderrun\":2");
-        assert!(Body::parse(&later).unwrap_err().contains("layout 2"));
+        assert!(Body::parse(later.as_bytes()).unwrap_err().contains("layout 2"));
     }
 
     #[test]

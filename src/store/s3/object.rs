@@ -11,10 +11,9 @@
 //! the ETag, so two writes with the same body would look like no change at all to a
 //! standby (a renewal within one millisecond would). The counter makes every body new.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 
+use crate::store::client_timed::document::{self, Document};
 use crate::store::client_timed::Record;
 
 /// The longest key S3 accepts, in bytes of UTF-8.
@@ -53,65 +52,23 @@ pub fn lock_of(prefix: &str, key: &str) -> Option<String> {
     (key_of(prefix, &lock).ok()? == key).then_some(lock)
 }
 
-/// The body of a lock's object.
+/// The body of a lock's object: the record's document, and a write counter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Body {
-    /// Marks leaderrun's objects (and the layout, should it ever change).
-    pub leaderrun: u32,
-    pub holder: String,
-    pub ttl_seconds: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acquired_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub renewed_ms: Option<u64>,
-    pub transitions: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<u64>,
-    pub revoked: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kept_until_ms: Option<u64>,
+    #[serde(flatten)]
+    pub document: Document,
     /// One more than the write this one replaced: every write changes the body, so the ETag.
     pub writes: u64,
 }
 
-fn millis(at: Option<SystemTime>) -> Option<u64> {
-    at.map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64)
-}
-
-fn time(ms: Option<u64>) -> Option<SystemTime> {
-    ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
-}
-
 impl Body {
-    pub const LAYOUT: u32 = 1;
-
     /// The body for `record`, as the `writes`th write of this object.
     pub fn new(record: &Record, writes: u64) -> Self {
-        Body {
-            leaderrun: Self::LAYOUT,
-            holder: record.holder.clone(),
-            ttl_seconds: record.ttl_seconds,
-            acquired_ms: millis(record.acquired),
-            renewed_ms: millis(record.renewed),
-            transitions: record.transitions,
-            token: record.token,
-            revoked: record.revoked,
-            kept_until_ms: millis(record.kept_until),
-            writes,
-        }
+        Body { document: Document::new(record), writes }
     }
 
     pub fn record(&self) -> Record {
-        Record {
-            holder: self.holder.clone(),
-            ttl_seconds: self.ttl_seconds,
-            acquired: time(self.acquired_ms),
-            renewed: time(self.renewed_ms),
-            transitions: self.transitions,
-            token: self.token,
-            revoked: self.revoked,
-            kept_until: time(self.kept_until_ms),
-        }
+        self.document.record()
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -120,19 +77,14 @@ impl Body {
 
     /// Parse an object's body; the error says why it is not one of leaderrun's.
     pub fn parse(bytes: &[u8]) -> Result<Self, String> {
-        let body: Body = serde_json::from_slice(bytes).map_err(|e| format!("not a leaderrun lock object ({e})"))?;
-        if body.leaderrun != Self::LAYOUT {
-            return Err(format!(
-                "written in layout {} by another leaderrun version; this one reads layout 1",
-                body.leaderrun
-            ));
-        }
-        Ok(body)
+        document::parse(bytes, |body: &Body| &body.document)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use super::*;
 
     #[test]
