@@ -35,6 +35,7 @@
 //!   watch it afresh). A kept record (no child runs under it) is freed at once.
 
 pub mod document;
+pub mod object_names;
 mod records;
 pub mod server_clock;
 mod sightings;

@@ -13,6 +13,7 @@
 //! one that writes the same record again: no write counter is needed (S3 needs one).
 
 pub use crate::store::client_timed::document::Document as Body;
+use crate::store::client_timed::object_names;
 
 /// The longest object name Cloud Storage accepts, in bytes of UTF-8.
 const MAX_NAME_BYTES: usize = 1024;
@@ -22,17 +23,8 @@ pub const METADATA_KEY: &str = "leaderrun";
 
 /// The object name of `lock` under `prefix`, or why it cannot have one (too long).
 pub fn name_of(prefix: &str, lock: &str) -> Result<String, String> {
-    let mut name = String::with_capacity(prefix.len() + lock.len());
-    name.push_str(prefix);
-    for (i, c) in lock.chars().enumerate() {
-        match c {
-            '%' => name.push_str("%25"),
-            '/' => name.push_str("%2F"),
-            '.' if i == 0 => name.push_str("%2E"),
-            c if c.is_ascii_control() => name.push_str(&format!("%{:02X}", c as u8)),
-            c => name.push(c),
-        }
-    }
+    // Cloud Storage refuses line breaks in names: every control character is escaped.
+    let name = object_names::encode(prefix, lock, |c| c.is_ascii_control());
     if name.len() > MAX_NAME_BYTES {
         return Err(format!(
             "the object name for lock {lock:?} would be {} bytes long; Cloud Storage takes at most \
@@ -45,13 +37,7 @@ pub fn name_of(prefix: &str, lock: &str) -> Result<String, String> {
 
 /// The lock name an object name under `prefix` stands for, if it is a lock's object.
 pub fn lock_of(prefix: &str, name: &str) -> Option<String> {
-    let encoded = name.strip_prefix(prefix)?;
-    if encoded.is_empty() || encoded.starts_with('.') || encoded.contains('/') {
-        return None;
-    }
-    let lock = String::from_utf8(crate::store::url::percent_decode_bytes(encoded)).ok()?;
-    // Only the canonical spelling is a lock ("a%41" is not "aA"'s object).
-    (name_of(prefix, &lock).ok()? == name).then_some(lock)
+    object_names::decode(prefix, name, |lock| name_of(prefix, lock).ok())
 }
 
 /// An object name as one segment of a URL path (`/o/NAME`): every byte but the unreserved

@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::store::client_timed::document::{self, Document};
+use crate::store::client_timed::object_names;
 use crate::store::client_timed::Record;
 
 /// The longest key S3 accepts, in bytes of UTF-8.
@@ -21,16 +22,7 @@ const MAX_KEY_BYTES: usize = 1024;
 
 /// The object key of `lock` under `prefix`, or why it cannot have one (too long).
 pub fn key_of(prefix: &str, lock: &str) -> Result<String, String> {
-    let mut key = String::with_capacity(prefix.len() + lock.len());
-    key.push_str(prefix);
-    for (i, c) in lock.chars().enumerate() {
-        match c {
-            '%' => key.push_str("%25"),
-            '/' => key.push_str("%2F"),
-            '.' if i == 0 => key.push_str("%2E"),
-            c => key.push(c),
-        }
-    }
+    let key = object_names::encode(prefix, lock, |_| false);
     if key.len() > MAX_KEY_BYTES {
         return Err(format!(
             "the object key for lock {lock:?} would be {} bytes long; S3 takes at most {MAX_KEY_BYTES} \
@@ -43,13 +35,7 @@ pub fn key_of(prefix: &str, lock: &str) -> Result<String, String> {
 
 /// The lock name an object key under `prefix` stands for, if it is a lock's key.
 pub fn lock_of(prefix: &str, key: &str) -> Option<String> {
-    let encoded = key.strip_prefix(prefix)?;
-    if encoded.is_empty() || encoded.starts_with('.') || encoded.contains('/') {
-        return None;
-    }
-    let lock = String::from_utf8(crate::store::url::percent_decode_bytes(encoded)).ok()?;
-    // Only the canonical spelling is a lock ("a%41" is not "aA"'s key).
-    (key_of(prefix, &lock).ok()? == key).then_some(lock)
+    object_names::decode(prefix, key, |lock| key_of(prefix, lock).ok())
 }
 
 /// The body of a lock's object: the record's document, and a write counter.
