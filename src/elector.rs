@@ -26,9 +26,22 @@ use crate::payload::{ChildExit, Payload, StartError};
 use crate::store::{Acquire, Lease, LockRecord, Renew, Store, StoreError};
 use crate::timing::Timing;
 
-/// Longest a waiting campaign goes without re-reading the lock, whatever the store's
-/// change notification says.
+/// How long a waiting campaign goes without re-reading the lock when it has nothing better
+/// to go by: the store cannot say when the lease expires.
 const RECHECK: Duration = Duration::from_secs(1);
+
+/// Longest a waiting campaign goes without re-reading the lock on a store whose `changed`
+/// also reports expiry: a safety net only (a watch that silently stopped delivering), so
+/// it costs an idle standby one read in this long.
+const SAFETY_RECHECK: Duration = Duration::from_secs(60);
+
+/// Shortest wait before re-reading a held lock: a lease the store reports as due to
+/// expire now is re-read a moment later, never in a tight loop.
+const RECHECK_FLOOR: Duration = Duration::from_millis(10);
+
+/// How long after a held lease's reported expiry it is read again: the store's clock may
+/// run a little slower than this host's (a read that comes early just waits again).
+const MARGIN_AFTER_EXPIRY: Duration = Duration::from_millis(20);
 
 /// One-shot (cron) or campaign until elected (workers, CI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,7 +236,7 @@ impl Elector {
                         }
                         None => tracing::debug!(holder, "lock is held; waiting"),
                     }
-                    let recheck = unproven.map_or(RECHECK, |left| left.min(RECHECK));
+                    let recheck = self.recheck_after(&record, unproven);
                     let recheck = give_up.map_or(recheck, |t| t.saturating_sub(self.now()).min(recheck));
                     let store = self.store.clone();
                     let lock = self.election.lock.clone();
@@ -264,6 +277,22 @@ impl Elector {
             }
             backoff = (backoff * 2).min(timing.renew_every);
         }
+    }
+
+    /// How long to wait for `changed` before reading a held lock again. A store whose change
+    /// notification also reports expiry (a watch on a record the server deletes, a poll, a
+    /// client-timed store's own observation) is re-read only when it says so, or after the
+    /// safety net. Any other (a release announced on a channel, while expiry is silent) is
+    /// re-read when the lease it reported would expire: an idle standby then reads once per
+    /// holder renewal at most, and a dead holder's lease is taken as soon as it lapses.
+    fn recheck_after(&self, record: &LockRecord, unproven: Option<Duration>) -> Duration {
+        let recheck = match unproven {
+            // A first sight on a client-timed store: decided after one observation.
+            Some(left) => left.min(SAFETY_RECHECK),
+            None if self.store.sees_expiry() => SAFETY_RECHECK,
+            None => record.expires_in.map_or(RECHECK, |left| (left + MARGIN_AFTER_EXPIRY).min(SAFETY_RECHECK)),
+        };
+        recheck.max(RECHECK_FLOOR)
     }
 
     /// Wait out a store's cool-down after a won write (`Acquire::Confirm`), then confirm the

@@ -232,6 +232,15 @@ pub trait Store: Send + Sync {
     /// `max_wait`. Stores without change notification poll; either way the caller
     /// re-reads, so a spurious return is harmless.
     async fn changed(&self, lock: &str, max_wait: Duration);
+
+    /// Whether `changed` also returns when a lease expires, not only when it is released:
+    /// a watch on a record the server itself deletes at expiry (an etcd lease, a ZooKeeper
+    /// session), a poll that reads the record, a client-timed store's own observation. A
+    /// waiting campaign then re-reads only when `changed` returns. Otherwise it also re-reads
+    /// when the lease it last saw would expire.
+    fn sees_expiry(&self) -> bool {
+        false
+    }
 }
 
 /// `changed` for stores without change notification: re-read the lock every `every`

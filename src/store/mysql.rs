@@ -586,6 +586,11 @@ impl Store for MySqlStore {
         .await
     }
 
+    fn sees_expiry(&self) -> bool {
+        // `changed` polls the record, which reads as free once expired.
+        true
+    }
+
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::poll_until_free(self, lock, max_wait, POLL).await
     }

@@ -403,6 +403,11 @@ impl Store for SqliteStore {
         )
     }
 
+    fn sees_expiry(&self) -> bool {
+        // `changed` polls the record, which reads as free once expired.
+        true
+    }
+
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::poll_until_free(self, lock, max_wait, POLL).await
     }

@@ -340,6 +340,11 @@ impl Store for ClientTimed {
         Err(Self::raced("revoking", lock))
     }
 
+    fn sees_expiry(&self) -> bool {
+        // `changed` returns when the version last seen would count as lapsed.
+        true
+    }
+
     async fn changed(&self, lock: &str, max_wait: Duration) {
         // Wake when the record changes, or when the version last seen would count as lapsed.
         let Some((version, left)) = self.seen.last(lock, self.clock.now()) else {

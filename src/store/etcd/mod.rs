@@ -504,6 +504,11 @@ impl Store for EtcdStore {
         Err(StoreError::unavailable(format!("etcd store {}: lock {lock:?} kept changing during revoke", self.shown)))
     }
 
+    fn sees_expiry(&self) -> bool {
+        // The key lives on its etcd lease: the server deletes it at expiry, and the watch sees that.
+        true
+    }
+
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::watch_at_most(self.wait_deleted(lock), max_wait).await
     }

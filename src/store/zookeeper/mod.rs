@@ -409,6 +409,12 @@ impl Store for ZooKeeperStore {
         Ok(Some(longest_ttl_within(longest, self.tick)))
     }
 
+    fn sees_expiry(&self) -> bool {
+        // The lease is an ephemeral node: the server deletes it when the session expires, and the
+        // watch sees that (a --min-hold node is waited for until its keep ends).
+        true
+    }
+
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::watch_at_most(self.wait_change(lock), max_wait).await
     }
