@@ -33,3 +33,194 @@ impl Harness for Sqlite {
 }
 
 conformance_suite!(sqlite());
+
+/// What only the SQLite store does: waiters queue in the kernel on a file beside the
+/// database. Leases here last an hour, so only the queue (or a hint) can have woken a wait.
+mod wake {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use leaderrun::store::{Acquire, Lease, Store};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::conformance::{held, unique, won, Harness, SOON};
+    use super::sqlite;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// Counts the store's requests (its "store request" trace lines) made on this thread.
+    struct CountRequests(Arc<AtomicUsize>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountRequests {
+        fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            struct IsRequest(bool);
+            impl tracing::field::Visit for IsRequest {
+                fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                    if field.name() == "message" && format!("{value:?}") == "store request" {
+                        self.0 = true;
+                    }
+                }
+            }
+            let mut visit = IsRequest(false);
+            event.record(&mut visit);
+            if visit.0 {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Campaign as the elector does: acquire; while held, wait for a change.
+    async fn campaign(store: &dyn Store, lock: &str, identity: &str, ttl: Duration) -> Lease {
+        loop {
+            match store.acquire(lock, identity, ttl).await.expect("acquire") {
+                Acquire::Won(lease) => return lease,
+                Acquire::Held(_) => store.changed(lock, HOUR).await,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    fn wait_in_background(store: Arc<dyn Store>, lock: &str) -> tokio::task::JoinHandle<()> {
+        let lock = lock.to_string();
+        tokio::spawn(async move { store.changed(&lock, HOUR).await })
+    }
+
+    /// Until `task` ends, or a failure naming `what`.
+    async fn ends<T>(task: tokio::task::JoinHandle<T>, what: &str) -> T {
+        tokio::time::timeout(SOON, task).await.unwrap_or_else(|_| panic!("{what}")).expect("task")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_queued_waiter_wakes_on_release_and_not_before() {
+        let h = sqlite().await;
+        let (a, b) = (h.open().await, h.open().await);
+        let lock = unique("queued");
+        let lease = won(&*a, &lock, "a", HOUR).await;
+        held(&*b, &lock, "b").await;
+        let waiter = wait_in_background(b.clone(), &lock);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "the wait ended while the lock was held");
+        a.release(&lease, Duration::ZERO).await.unwrap();
+        ends(waiter, "a release never woke the queued waiter").await;
+        won(&*b, &lock, "b", HOUR).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_holder_that_never_releases_is_taken_over_at_expiry() {
+        let h = sqlite().await;
+        let lock = unique("hung");
+        // A hung holder: its client stays open (it keeps its place) and never renews.
+        let hung = h.open().await;
+        let first = won(&*hung, &lock, "hung", Duration::from_millis(800)).await;
+        let b = h.open().await;
+        let task = {
+            let (b, lock) = (b.clone(), lock.clone());
+            tokio::spawn(async move { campaign(&*b, &lock, "b", HOUR).await })
+        };
+        let next = ends(task, "a lapsed lease was never taken over").await;
+        assert!(next.token > first.token);
+        // A holder whose process died (its client dropped: the kernel drops its place).
+        let lock = unique("dead");
+        let dead = h.open().await;
+        let first = won(&*dead, &lock, "dead", Duration::from_millis(800)).await;
+        drop(dead);
+        let task = {
+            let (b, lock) = (b.clone(), lock.clone());
+            tokio::spawn(async move { campaign(&*b, &lock, "b", HOUR).await })
+        };
+        let next = ends(task, "a dead holder's lease was never taken over").await;
+        assert!(next.token > first.token);
+    }
+
+    /// A one-shot run that wins while a waiter is at the head of the queue holds the lease
+    /// without the queue's byte; its release still wakes the head (inotify on the file).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_holder_outside_the_queue_wakes_the_head_on_release() {
+        let h = sqlite().await;
+        let (x, w, oneshot) = (h.open().await, h.open().await, h.open().await);
+        let lock = unique("outside");
+        let first = won(&*x, &lock, "x", HOUR).await;
+        held(&*w, &lock, "w").await;
+        let waiter = wait_in_background(w.clone(), &lock);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        x.release(&first, Duration::ZERO).await.unwrap();
+        ends(waiter, "the release never woke the waiter").await;
+        // w is at the head now; the one-shot run takes the lease before w does.
+        let lease = won(&*oneshot, &lock, "oneshot", HOUR).await;
+        held(&*w, &lock, "w").await;
+        let waiter = wait_in_background(w.clone(), &lock);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "the head's wait ended while the lock was held");
+        oneshot.release(&lease, Duration::ZERO).await.unwrap();
+        ends(waiter, "a release outside the queue never woke its head").await;
+        won(&*w, &lock, "w", HOUR).await;
+    }
+
+    /// A waiter that stops waiting (its --timeout ran out) while its client lives on does not
+    /// hold up the waiters behind it for longer than a moment.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_waiter_that_gives_up_leaves_the_queue() {
+        let h = sqlite().await;
+        let (a, quitter, c) = (h.open().await, h.open().await, h.open().await);
+        let lock = unique("quit");
+        let lease = won(&*a, &lock, "a", HOUR).await;
+        held(&*quitter, &lock, "quitter").await;
+        quitter.changed(&lock, Duration::from_millis(200)).await;
+        held(&*c, &lock, "c").await;
+        let waiter = wait_in_background(c.clone(), &lock);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        a.release(&lease, Duration::ZERO).await.unwrap();
+        ends(waiter, "the waiter behind one that gave up was never woken").await;
+        won(&*c, &lock, "c", HOUR).await;
+        drop(quitter);
+    }
+
+    /// A hundred waiters on one lock, each taking its turn once: every one gets it, tokens
+    /// strictly increase, and the waiters do not all re-read at every release. (One thread:
+    /// the request count is kept by a subscriber for this thread only.)
+    #[tokio::test]
+    async fn a_hundred_waiters_each_get_their_turn_once() {
+        const N: usize = 100;
+        let requests = Arc::new(AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry()
+            .with(CountRequests(requests.clone()))
+            .with(tracing_subscriber::filter::LevelFilter::TRACE);
+        let _counting = tracing::subscriber::set_default(subscriber);
+        let h = sqlite().await;
+        let lock = unique("hundred");
+        let first = h.open().await;
+        let lease = won(&*first, &lock, "first", HOUR).await;
+        let turns = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..N {
+            let store = h.open().await;
+            let (lock, turns) = (lock.clone(), turns.clone());
+            tasks.push(tokio::spawn(async move {
+                let identity = format!("w{i}");
+                let lease = campaign(&*store, &lock, &identity, HOUR).await;
+                turns.lock().unwrap().push((lease.token, identity));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                store.release(&lease, Duration::ZERO).await.unwrap();
+            }));
+        }
+        // Every waiter has asked once and is waiting.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = requests.load(Ordering::SeqCst);
+        first.release(&lease, Duration::ZERO).await.unwrap();
+        for task in tasks {
+            tokio::time::timeout(SOON * 2, task).await.expect("a waiter never got its turn").expect("task");
+        }
+        let turns = turns.lock().unwrap().clone();
+        assert_eq!(turns.len(), N);
+        let identities: std::collections::BTreeSet<_> = turns.iter().map(|(_, id)| id.clone()).collect();
+        assert_eq!(identities.len(), N, "each waiter once");
+        assert!(turns.windows(2).all(|w| w[0].0 < w[1].0), "tokens in order of the turns: {turns:?}");
+        let per_handoff = (requests.load(Ordering::SeqCst) - before) as f64 / N as f64;
+        eprintln!(
+            "requests per handoff with {N} waiters (acquire, release, and re-reads after a wake): {per_handoff:.2}"
+        );
+        // A herd re-reading at every release would make about N per handoff.
+        assert!(per_handoff < 10.0, "{per_handoff} requests per handoff");
+    }
+}

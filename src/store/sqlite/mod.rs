@@ -6,6 +6,11 @@
 //! each row also records the kernel's boot id, so a lease written before a reboot
 //! is void after it (every process of that boot is gone). The file must stay on a
 //! local filesystem: SQLite's locking is not to be trusted over NFS.
+//!
+//! Waiters wait in the kernel, not by polling: see `wake`.
+
+mod sidecar;
+mod wake;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,9 +24,6 @@ use tokio::sync::Mutex;
 use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use crate::clock::boottime;
-
-/// How often a waiting process re-reads a held lock: local reads are cheap.
-const POLL: Duration = Duration::from_millis(20);
 
 /// How long a statement waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,6 +55,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// This boot's id: a lease written under another is from before a reboot, and void.
     boot: String,
+    /// The wake-up queue beside the file (`None` when the file does not exist).
+    wake: Option<wake::Wake>,
 }
 
 /// This boot's id. Without it a lease cannot be told from one of an earlier boot: writing a
@@ -112,7 +116,7 @@ impl SqliteStore {
     async fn open_on_boot(path: &Path, access: Access, boot_id_file: &Path) -> Result<Self> {
         let boot = read_boot_id(boot_id_file)?;
         if access == Access::Existing && !path.exists() {
-            return Ok(Self { conn: None, path: path.to_path_buf(), boot });
+            return Ok(Self { conn: None, path: path.to_path_buf(), boot, wake: None });
         }
         // NORMAL, and FULL around each acquire (see there).
         let options = SqliteConnectOptions::new()
@@ -128,7 +132,10 @@ impl SqliteStore {
         let started = std::time::Instant::now();
         loop {
             match Self::connect(&options, access).await {
-                Ok(conn) => return Ok(Self { conn: Some(Mutex::new(conn)), path: path.to_path_buf(), boot }),
+                Ok(conn) => {
+                    let wake = Some(wake::Wake::new(path, access == Access::Create));
+                    return Ok(Self { conn: Some(Mutex::new(conn)), path: path.to_path_buf(), boot, wake });
+                }
                 Err(err) if is_busy(&err) && started.elapsed() < BUSY_TIMEOUT => {
                     let pause = rand::rng().random_range(2..20);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -234,7 +241,7 @@ macro_rules! with_conn {
 impl Store for SqliteStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         let now = boottime();
-        with_conn!(
+        let answer = with_conn!(
             self,
             "acquire",
             conn,
@@ -276,7 +283,15 @@ impl Store for SqliteStore {
                 })
             }
             .await
-        )
+        );
+        if let (Some(wake), Ok(answer)) = (&self.wake, &answer) {
+            match answer {
+                Acquire::Won(_) => wake.won(lock),
+                Acquire::Held(LockRecord { expires_in: Some(left), .. }) => wake.saw(lock, *left),
+                _ => {}
+            }
+        }
+        answer
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
@@ -310,30 +325,37 @@ impl Store for SqliteStore {
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
         let now = boottime();
-        with_conn!(
+        let freed = with_conn!(
             self,
             "release",
             conn,
-            (),
+            false,
             async {
-                sqlx::query(
+                let row = sqlx::query(
                     "UPDATE leaderrun_locks SET
                     holder = CASE WHEN acquired_ns + ?1 > ?2 THEN holder ELSE NULL END,
                     expires_ns = CASE WHEN acquired_ns + ?1 > ?2 THEN acquired_ns + ?1 ELSE 0 END,
                     kept = CASE WHEN acquired_ns + ?1 > ?2 THEN 1 ELSE 0 END
-                 WHERE name = ?3 AND token = ?4 AND holder = ?5",
+                 WHERE name = ?3 AND token = ?4 AND holder = ?5
+                 RETURNING kept",
                 )
                 .bind(ns(keep))
                 .bind(ns(now))
                 .bind(&lease.lock)
                 .bind(lease.token as i64)
                 .bind(&lease.identity)
-                .execute(&mut *conn)
+                .fetch_optional(&mut *conn)
                 .await?;
-                Ok(())
+                Ok(row.is_some_and(|row| row.get::<i64, _>("kept") == 0))
             }
             .await
-        )
+        );
+        // Whatever the write did (a lease lost meanwhile is not ours to free), the queue's
+        // byte goes: the next waiter reads the record and judges for itself.
+        if let Some(wake) = &self.wake {
+            wake.released(&lease.lock, *freed.as_ref().unwrap_or(&false));
+        }
+        freed.map(drop)
     }
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
@@ -395,6 +417,11 @@ impl Store for SqliteStore {
                     .execute(&mut *conn)
                     .await?;
                     if done.rows_affected() == 1 {
+                        if kept {
+                            if let Some(wake) = &self.wake {
+                                wake.freed(lock);
+                            }
+                        }
                         return Ok(Some(before));
                     }
                 }
@@ -404,12 +431,15 @@ impl Store for SqliteStore {
     }
 
     fn sees_expiry(&self) -> bool {
-        // `changed` polls the record, which reads as free once expired.
+        // `changed` also returns once the lease it last read has lapsed.
         true
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        super::poll_until_free(self, lock, max_wait, POLL).await
+        // Without a file (a command that only looks) there is nothing to wait for.
+        if let Some(wake) = &self.wake {
+            wake.changed(self, lock, max_wait).await
+        }
     }
 }
 

@@ -1,0 +1,105 @@
+//! End-to-end tests of how `--wait` runs on the embedded store wait: queued in the kernel
+//! on a file beside the database (`locks.db-wake`), with no store requests while idle.
+//! Waits are on events with generous bounds; nothing asserts that something was fast.
+
+#![cfg(feature = "sqlite")]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::Signal;
+
+/// A child that records its start and then runs until killed.
+const HOLD: &str = r#"echo $$ > "$D/$NAME.tmp"; mv "$D/$NAME.tmp" "$D/$NAME.pid"; exec sleep 1000"#;
+
+fn holding(sb: &Sandbox, name: &str, args: &[&str]) -> Wrapper {
+    let mut cmd = sb.cmd(&[args, &["--", "sh", "-c", HOLD]].concat());
+    cmd.env("NAME", name);
+    sb.spawn(name, cmd)
+}
+
+fn requests(text: &str) -> usize {
+    text.matches("store request").count()
+}
+
+/// An idle standby behind a live holder sends the store nothing: it is blocked in the
+/// kernel until the holder releases, and then takes over at once (a lease of a minute
+/// cannot have lapsed meanwhile).
+#[test]
+fn an_idle_standby_sends_nothing_and_wakes_on_release() {
+    let sb = Sandbox::new();
+    let lease = ["--lock", "idle", "--wait", "--ttl", "60s", "--renew-every", "20s"];
+    let mut holder = holding(&sb, "holder", &lease);
+    sb.wait_pid("holder.pid");
+    let standby = holding(&sb, "standby", &[&lease[..], &["-vvv"]].concat());
+    wait_for(|| standby.stderr().contains("waiting"), SOON, "the standby to wait");
+    // Whatever the standby sends from now on, a second later: one read of the wake-up file's
+    // head at most, while a poller would have sent dozens.
+    std::thread::sleep(Duration::from_millis(200));
+    let settled = requests(&standby.stderr());
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = requests(&standby.stderr()) - settled;
+    assert_eq!(idle, 0, "store requests by an idle standby: {}", standby.stderr());
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15);
+    sb.wait_pid("standby.pid");
+}
+
+/// The wake-up file gets the database's permissions (not the umask's), so every user who
+/// may write the database may queue.
+#[test]
+fn the_wake_up_file_has_the_databases_mode() {
+    let sb = Sandbox::new();
+    let once = |mode: u32| {
+        let out = sb.output(sb.cmd(&["--lock", "mode", "--min-hold", "0s", "--", "true"]));
+        assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+        let db = std::fs::metadata(sb.store_path()).unwrap().permissions().mode() & 0o777;
+        let wake = std::fs::metadata(sb.file("locks.db-wake")).expect("the wake-up file").permissions().mode() & 0o777;
+        assert_eq!((db, wake), (mode, mode));
+    };
+    sb.output(sb.sub("init", &[]));
+    std::fs::set_permissions(sb.store_path(), std::fs::Permissions::from_mode(0o664)).unwrap();
+    once(0o664);
+    std::fs::remove_file(sb.file("locks.db-wake")).unwrap();
+    std::fs::set_permissions(sb.store_path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+    once(0o600);
+}
+
+/// A waiter whose --timeout runs out leaves the queue; the one behind it still takes over
+/// at the release.
+#[test]
+fn a_waiter_that_times_out_leaves_the_queue() {
+    let sb = Sandbox::new();
+    let lease = ["--lock", "queue", "--wait", "--ttl", "60s", "--renew-every", "20s"];
+    let mut holder = holding(&sb, "holder", &lease);
+    sb.wait_pid("holder.pid");
+    let mut quitter = holding(&sb, "quitter", &[&lease[..], &["--timeout", "1s"]].concat());
+    let next = holding(&sb, "next", &[&lease[..], &["-vv"]].concat());
+    wait_for(|| next.stderr().contains("waiting"), SOON, "the second waiter to wait");
+    assert_eq!(quitter.wait_code(SOON), 0, "a --timeout that ran out; stderr {:?}", quitter.stderr());
+    assert!(!sb.exists("quitter.pid"));
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15);
+    sb.wait_pid("next.pid");
+}
+
+/// A holder that is SIGKILLed along with its watchdog, so that nothing releases its lease:
+/// the standby takes over once the lease lapses.
+#[test]
+fn a_lease_nobody_releases_is_taken_over_at_its_expiry() {
+    let sb = Sandbox::new();
+    let lease = ["--lock", "lapse", "--wait", "--ttl", "2s", "--renew-every", "500ms", "--kill-after", "500ms"];
+    let holder = holding(&sb, "holder", &lease);
+    let child = sb.wait_pid("holder.pid");
+    let standby = holding(&sb, "standby", &[&lease[..], &["-vv"]].concat());
+    wait_for(|| standby.stderr().contains("waiting"), SOON, "the standby to wait");
+    // SIGSTOP: the frozen wrapper keeps its place in the queue; only the lease's expiry
+    // (and its watchdog, which kills the child) let the standby in.
+    holder.signal(Signal::SIGSTOP);
+    sb.wait_pid("standby.pid");
+    assert!(!pid_alive(child), "the frozen holder's child was stopped first");
+    holder.signal(Signal::SIGKILL);
+}
