@@ -45,6 +45,11 @@ pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leaderrun_locks (
 /// rewriting the table).
 const ADD_KEPT: &str = "ALTER TABLE leaderrun_locks ADD COLUMN kept INTEGER NOT NULL DEFAULT 0";
 
+/// Pages the write-ahead log may hold before a commit copies them into the database.
+/// Small: a process that opens the file while nobody else has it open rebuilds the
+/// log's index by reading the whole log, and closing does not copy it (see `connect`).
+const WAL_PAGES: &str = "64";
+
 /// Where the kernel says which boot this is.
 const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -125,6 +130,7 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
+            .pragma("wal_autocheckpoint", WAL_PAGES)
             .log_statements(tracing::log::LevelFilter::Trace);
         // Many processes may create the file in the same instant; switching it to WAL
         // and creating the table can then report "locked" before the busy handler
@@ -151,18 +157,18 @@ impl SqliteStore {
         access: Access,
     ) -> std::result::Result<SqliteConnection, sqlx::Error> {
         let mut conn = options.connect().await?;
-        if access == Access::Create {
+        skip_checkpoint_on_close(&mut conn).await?;
+        // One read for what every run used to ask in three statements.
+        let (has_table, has_kept): (bool, bool) = sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leaderrun_locks'),
+                    EXISTS (SELECT 1 FROM pragma_table_info('leaderrun_locks') WHERE name = 'kept')",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        if !has_table && access == Access::Create {
+            // IF NOT EXISTS: another process may be creating it at this moment.
             sqlx::query(SCHEMA).execute(&mut conn).await?;
-        }
-        let has_table = sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leaderrun_locks'")
-            .fetch_optional(&mut conn)
-            .await?
-            .is_some();
-        let has_kept = sqlx::query("SELECT 1 FROM pragma_table_info('leaderrun_locks') WHERE name = 'kept'")
-            .fetch_optional(&mut conn)
-            .await?
-            .is_some();
-        if has_table && !has_kept {
+        } else if has_table && !has_kept {
             match sqlx::query(ADD_KEPT).execute(&mut conn).await {
                 // Another process added it in the meantime.
                 Err(sqlx::Error::Database(db)) if db.message().contains("duplicate column") => {}
@@ -214,6 +220,30 @@ impl SqliteStore {
         };
         (record, live && kept != 0)
     }
+}
+
+extern "C" {
+    /// SQLite's own configuration call (sqlx links the library; it does not wrap this one).
+    fn sqlite3_db_config(db: *mut std::ffi::c_void, op: std::ffi::c_int, ...) -> std::ffi::c_int;
+}
+
+/// The last connection to close would copy the write-ahead log into the database and
+/// fsync both: a one-shot run (usually the only user of the file) would pay for that on
+/// every exit, and its exit would wait for the fsync. The log is copied by the commits
+/// instead, every `WAL_PAGES`; nothing acknowledged depends on the copy.
+async fn skip_checkpoint_on_close(conn: &mut SqliteConnection) -> std::result::Result<(), sqlx::Error> {
+    use std::ffi::{c_int, c_void};
+    const SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE: c_int = 1006;
+    let mut handle = conn.lock_handle().await?;
+    let db = handle.as_raw_handle().as_ptr().cast::<c_void>();
+    let mut now: c_int = 0;
+    // SAFETY: `db` is an open connection, held by `handle` for the call; this option takes
+    // an int (1: skip) and a pointer to an int that receives the setting now in force.
+    unsafe { sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1 as c_int, &mut now as *mut c_int) };
+    if now != 1 {
+        tracing::debug!("SQLite kept its checkpoint on close: an exit may wait for an fsync");
+    }
+    Ok(())
 }
 
 fn no_table(err: &sqlx::Error) -> bool {
@@ -458,6 +488,41 @@ mod tests {
         assert!(!db.exists(), "nothing was written");
         std::fs::write(&missing, "\n").unwrap();
         assert!(SqliteStore::open_on_boot(&db, Access::Create, &missing).await.is_err(), "an empty boot id");
+    }
+
+    /// Every run that opens the file alone reads the whole write-ahead log: it must stay short
+    /// even though no connection copies it into the database on close.
+    #[tokio::test]
+    async fn the_write_ahead_log_stays_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("locks.db");
+        for i in 0..300 {
+            let store = SqliteStore::open(&db, Access::Create).await.unwrap();
+            let Acquire::Won(lease) = store.acquire("x", &format!("run-{i}"), Duration::from_secs(60)).await.unwrap()
+            else {
+                panic!("a released lock is free")
+            };
+            store.release(&lease, Duration::ZERO).await.unwrap();
+        }
+        let wal = std::fs::metadata(dir.path().join("locks.db-wal")).map_or(0, |m| m.len());
+        let frame = 4096 + 24;
+        assert!(wal <= 2 * 64 * frame, "the log holds {} frames after 600 commits", wal / frame);
+    }
+
+    /// Closing the last connection leaves the log as it is: a checkpoint would have copied it
+    /// into the database and deleted it.
+    #[tokio::test]
+    async fn closing_does_not_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("locks.db");
+        let options =
+            SqliteConnectOptions::new().filename(&db).create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
+        let mut conn = options.connect().await.unwrap();
+        skip_checkpoint_on_close(&mut conn).await.unwrap();
+        sqlx::query(SCHEMA).execute(&mut conn).await.unwrap();
+        sqlx::Connection::close(conn).await.unwrap();
+        let wal = std::fs::metadata(dir.path().join("locks.db-wal")).map_or(0, |m| m.len());
+        assert!(wal > 0, "the log was checkpointed and removed on close");
     }
 
     #[tokio::test]
