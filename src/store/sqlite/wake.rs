@@ -213,8 +213,9 @@ impl Wake {
     }
 
     /// Return when the lock may have changed: this client reached the head of the queue
-    /// and read the lock free, the head heard a release, or the lease last read lapsed;
-    /// or after `max_wait`. Without a usable sidecar, poll.
+    /// (the holder let go of its byte), the head heard a release by a holder outside the
+    /// queue, or the lease last read lapsed; or after `max_wait`. Without a usable
+    /// sidecar, poll.
     pub async fn changed(&self, store: &dyn Store, lock: &str, max_wait: Duration) {
         let deadline = tokio::time::Instant::now() + max_wait;
         let Some(slot) = self.slot(lock) else {
@@ -269,7 +270,13 @@ impl Wake {
             let nap = read_at.saturating_sub(boottime()).min(MAX_NAP);
             let timer = tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + nap));
             tokio::select! {
-                _ = &mut granted => {}
+                _ = &mut granted => {
+                    if slot.phase() == Phase::Held {
+                        // The holder let go of its byte: released (the caller's acquire reads
+                        // it) or dead (the caller then waits here again, at the head).
+                        return;
+                    }
+                }
                 _ = async {
                     match &watch {
                         Some(watch) => watch.written().await,
@@ -314,6 +321,10 @@ impl Drop for Wake {
 }
 
 impl Slot {
+    fn phase(&self) -> Phase {
+        state_of(&self.shared.state).phase
+    }
+
     /// Make sure this client is queued for the byte or holds it; returns where it stands.
     fn queue(self: &Arc<Self>) -> Phase {
         let mut state = state_of(&self.shared.state);
