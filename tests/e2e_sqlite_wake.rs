@@ -103,3 +103,22 @@ fn a_lease_nobody_releases_is_taken_over_at_its_expiry() {
     assert!(!pid_alive(child), "the frozen holder's child was stopped first");
     holder.signal(Signal::SIGKILL);
 }
+
+/// A symlink planted where the wake-up file goes (the database in a shared directory) is
+/// never followed: the file it points to is not written to, and runs still work.
+#[test]
+fn a_symlink_in_place_of_the_wake_up_file_is_not_followed() {
+    let sb = Sandbox::new();
+    sb.output(sb.sub("init", &[]));
+    let victim = sb.file("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, sb.file("locks.db-wake")).unwrap();
+    let out = sb.output(sb.cmd(&["--lock", "link", "--min-hold", "1h", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    // Ending a --min-hold keep frees the lock without the holder: it tells waiters by a write.
+    let out = sb.output(sb.sub("release", &["--lock", "link"]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let out = sb.output(sb.cmd(&["--lock", "link", "--min-hold", "0s", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "the lock was freed; stderr {:?}", stderr_of(&out));
+}

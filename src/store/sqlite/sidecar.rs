@@ -29,7 +29,10 @@ pub fn path_for(db: &Path) -> PathBuf {
 /// missing sidecar is created with the database's mode and owner, as SQLite does for its
 /// -wal and -shm files, so every user who may write the database may queue.
 pub fn open(sidecar: &Path, db: &Path, create: bool) -> io::Result<File> {
-    match OpenOptions::new().read(true).write(true).open(sidecar) {
+    // Never through a symlink (as SQLite opens its own files): a touch writes to the file, and
+    // a link planted in a shared directory must not point that write elsewhere.
+    let existing = || OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(sidecar);
+    match existing() {
         Err(err) if err.kind() == io::ErrorKind::NotFound && create => {}
         other => return other,
     }
@@ -45,9 +48,7 @@ pub fn open(sidecar: &Path, db: &Path, create: bool) -> io::Result<File> {
             Ok(file)
         }
         // Another process created it in the meantime.
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-            OpenOptions::new().read(true).write(true).open(sidecar)
-        }
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => existing(),
         Err(err) => Err(err),
     }
 }
