@@ -1,0 +1,164 @@
+//! The wake-up hint: a user-level lock (`GET_LOCK`) held beside each lease.
+//!
+//! The holder keeps the lock's user lock on a connection of its own while it holds the
+//! lease, and gives it up (by closing that connection) only after its release has been
+//! written. A waiter blocks in `GET_LOCK` on a connection of its own, so the server wakes
+//! exactly one waiter, at once, when the holder lets go or its connection dies; the others
+//! stay blocked (no herd). A waiter that wakes keeps the user lock: if its acquire wins,
+//! that connection becomes the holder's.
+//!
+//! Only a hint: the table's compare-and-set stays the only way to the lease. A holder that
+//! never got the user lock (a woken waiter had it for a moment), a holder cut off while its
+//! server session lingers, or a leaderrun from before the hint are all covered by the
+//! elector re-reading at the lease's expiry (`sees_expiry` is false), and by the woken
+//! waiter that finds the lease someone else's: it keeps the user lock, so the others stay
+//! blocked, and it alone re-reads the record about once a second.
+//!
+//! The user lock's name is server-wide, so it covers the database and table as well as the
+//! lock name, hashed to fit the 64 characters a user lock's name may have.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+use tokio::task::{try_id, Id};
+use tokio::time::{timeout, Instant};
+
+/// The user lock's name for the lock name bound to `?`, in SQL: `leaderrun:` and the first 54
+/// hex digits of a SHA-256 of database, table and lock name (64 characters in all).
+pub fn name_sql(table: &str) -> String {
+    format!("LEFT(CONCAT('leaderrun:', SHA2(CONCAT_WS(0x00, DATABASE(), '{table}', ?), 256)), 64)")
+}
+
+/// How much longer than the server's own `GET_LOCK` timeout the client waits for its answer
+/// before it gives the connection up.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
+/// After a failed wait, the pause (within the wait's bound) before the caller re-reads, so
+/// that a server that is down is not asked in a tight loop.
+const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(250);
+
+/// Longest a connection for a wait may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How a wait ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Woke {
+    /// This waiter now holds the user lock: the holder let go (or never had it).
+    Hinted,
+    /// The wait's bound passed, or it failed: re-read.
+    Anyway,
+}
+
+/// The user locks of one store (a process may wait and hold through one store, many tasks
+/// at once: every wait has a connection of its own, and renewals never queue behind one,
+/// since none of these connections belong to the store's pool).
+pub struct Hints {
+    options: MySqlConnectOptions,
+    /// `GET_LOCK … ?, ?` with the table's name in it.
+    get_lock: String,
+    /// Per lock name, the connections of the lease this store holds (the one that won the
+    /// acquire, and the one its waiter woke on): closing them gives the user lock up.
+    held: Mutex<HashMap<String, Vec<MySqlConnection>>>,
+    /// Per lock name and waiting task, the user lock a waiter woke with, until its acquire
+    /// wins the lease. (By task: other tasks of this process that wait on the same lock must
+    /// block behind it, not take its place.)
+    woken: Mutex<HashMap<(String, Option<Id>), MySqlConnection>>,
+    /// Connections of finished waits, for the next.
+    idle: Mutex<Vec<MySqlConnection>>,
+}
+
+impl Hints {
+    pub fn new(options: MySqlConnectOptions, table: &str) -> Self {
+        Self {
+            options,
+            get_lock: format!("SELECT CAST(GET_LOCK({}, ?) AS SIGNED)", name_sql(table)),
+            held: Mutex::default(),
+            woken: Mutex::default(),
+            idle: Mutex::default(),
+        }
+    }
+
+    /// Whether this task, waiting, holds `lock`'s user lock without holding the lease.
+    pub fn is_woken(&self, lock: &str) -> bool {
+        self.woken.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&(lock.to_string(), try_id()))
+    }
+
+    /// This store won `lock`'s lease on `conn` (which the acquire's statement asked for the
+    /// user lock): keep it, and the connection a waiter woke on, until the lease is given up.
+    pub fn won(&self, lock: &str, conn: Option<MySqlConnection>) {
+        let woken = self.woken.lock().unwrap_or_else(|e| e.into_inner()).remove(&(lock.to_string(), try_id()));
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.entry(lock.to_string()).or_default().extend(conn.into_iter().chain(woken));
+    }
+
+    /// The connections of `lock`'s lease, taken out: the release is written on the first, and
+    /// closing them all then gives the user lock up.
+    pub fn take(&self, lock: &str) -> Vec<MySqlConnection> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(lock).unwrap_or_default()
+    }
+
+    /// Block until `lock`'s user lock is ours (the holder let go) or `max_wait` has passed.
+    pub async fn wait(&self, lock: &str, max_wait: Duration) -> Woke {
+        let deadline = Instant::now() + max_wait;
+        let Some(mut conn) = self.connection(max_wait).await else {
+            pause_until(deadline).await;
+            return Woke::Anyway;
+        };
+        // One line per request at -vvv: the benchmarks count them.
+        tracing::trace!(op = "wait", "store request");
+        let query = sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(self.get_lock.as_str()))
+            .bind(lock.as_bytes())
+            .bind(max_wait.as_secs_f64());
+        match timeout(max_wait + ANSWER_GRACE, query.fetch_one(&mut conn)).await {
+            Ok(Ok(Some(1))) => {
+                let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+                woken.insert((lock.to_string(), try_id()), conn);
+                Woke::Hinted
+            }
+            Ok(Ok(_)) => {
+                self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+                // A server that counts the timeout in whole seconds (MySQL truncates it) may
+                // answer early: the rest of the wait is slept, not spent re-reading.
+                tokio::time::sleep_until(deadline).await;
+                Woke::Anyway
+            }
+            Ok(Err(err)) => {
+                tracing::debug!("waiting on the user lock failed: {err}");
+                pause_until(deadline).await;
+                Woke::Anyway
+            }
+            // Unanswered: the connection is dropped, which ends its session's wait.
+            Err(_) => Woke::Anyway,
+        }
+    }
+
+    /// An idle connection, or a new one.
+    async fn connection(&self, max_wait: Duration) -> Option<MySqlConnection> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        if idle.is_some() {
+            return idle;
+        }
+        match timeout(max_wait.min(CONNECT_TIMEOUT), self.options.connect()).await {
+            Ok(Ok(conn)) => Some(conn),
+            Ok(Err(err)) => {
+                tracing::debug!("cannot connect to wait on the user lock: {err}");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+async fn pause_until(deadline: Instant) {
+    tokio::time::sleep_until(deadline.min(Instant::now() + PAUSE_AFTER_FAILURE)).await;
+}
+
+/// Close connections of a lease given up (their user lock goes with them), briefly.
+pub async fn close(conns: Vec<MySqlConnection>) {
+    for conn in conns {
+        let _ = timeout(Duration::from_secs(1), conn.close()).await;
+    }
+}
