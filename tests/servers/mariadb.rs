@@ -156,7 +156,9 @@ impl Mariadb {
 
     /// How many sessions are blocked in GET_LOCK.
     pub fn blocked_on_user_locks(&self) -> usize {
-        self.root_query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'").parse().unwrap()
+        self.root_query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'")
+            .parse()
+            .unwrap()
     }
 
     /// How many sessions the `leaderrun` user has open.

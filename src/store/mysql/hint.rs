@@ -18,11 +18,13 @@
 //! lock name, hashed to fit the 64 characters a user lock's name may have.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, MySql};
 use tokio::task::{try_id, Id};
 use tokio::time::{timeout, Instant};
 
@@ -57,6 +59,11 @@ pub enum Woke {
 /// since none of these connections belong to the store's pool).
 pub struct Hints {
     options: MySqlConnectOptions,
+    /// The store's pool: one wait at a time borrows an idle connection of it, so that an
+    /// idle standby keeps one connection to the server, not two. (One only: the pool's
+    /// other connections stay for renewals.)
+    pool: MySqlPool,
+    lent: AtomicBool,
     /// `GET_LOCK … ?, ?` with the table's name in it.
     get_lock: String,
     /// Per lock name, the connections of the lease this store holds (the one that won the
@@ -71,9 +78,11 @@ pub struct Hints {
 }
 
 impl Hints {
-    pub fn new(options: MySqlConnectOptions, table: &str) -> Self {
+    pub fn new(options: MySqlConnectOptions, pool: MySqlPool, table: &str) -> Self {
         Self {
             options,
+            pool,
+            lent: AtomicBool::new(false),
             get_lock: format!("SELECT CAST(GET_LOCK({}, ?) AS SIGNED)", name_sql(table)),
             held: Mutex::default(),
             woken: Mutex::default(),
@@ -103,7 +112,7 @@ impl Hints {
     /// Block until `lock`'s user lock is ours (the holder let go) or `max_wait` has passed.
     pub async fn wait(&self, lock: &str, max_wait: Duration) -> Woke {
         let deadline = Instant::now() + max_wait;
-        let Some(mut conn) = self.connection(max_wait).await else {
+        let Some(mut wait) = self.connection(max_wait).await else {
             pause_until(deadline).await;
             return Woke::Anyway;
         };
@@ -112,14 +121,25 @@ impl Hints {
         let query = sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(self.get_lock.as_str()))
             .bind(lock.as_bytes())
             .bind(max_wait.as_secs_f64());
-        match timeout(max_wait + ANSWER_GRACE, query.fetch_one(&mut conn)).await {
+        let answer = timeout(max_wait + ANSWER_GRACE, query.fetch_one(wait.conn())).await;
+        match answer {
             Ok(Ok(Some(1))) => {
-                let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
-                woken.insert((lock.to_string(), try_id()), conn);
+                if let Some(conn) = self.detach(wait) {
+                    let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+                    woken.insert((lock.to_string(), try_id()), conn);
+                }
                 Woke::Hinted
             }
             Ok(Ok(_)) => {
-                self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+                match wait.conn.take() {
+                    // Back to the pool: it holds no user lock.
+                    Some(Conn::Pooled(conn)) => {
+                        drop(conn);
+                        self.lent.store(false, Ordering::SeqCst);
+                    }
+                    Some(Conn::Own(conn)) => self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn),
+                    None => {}
+                }
                 // A server that counts the timeout in whole seconds (MySQL truncates it) may
                 // answer early: the rest of the wait is slept, not spent re-reading.
                 tokio::time::sleep_until(deadline).await;
@@ -127,27 +147,91 @@ impl Hints {
             }
             Ok(Err(err)) => {
                 tracing::debug!("waiting on the user lock failed: {err}");
+                drop(self.detach(wait));
                 pause_until(deadline).await;
                 Woke::Anyway
             }
-            // Unanswered: the connection is dropped, which ends its session's wait.
-            Err(_) => Woke::Anyway,
+            // Unanswered: the connection is closed, which ends its session's wait.
+            Err(_) => {
+                drop(self.detach(wait));
+                Woke::Anyway
+            }
         }
     }
 
-    /// An idle connection, or a new one.
-    async fn connection(&self, max_wait: Duration) -> Option<MySqlConnection> {
+    /// The wait's connection taken out of the pool for good (it holds a user lock, or is in
+    /// an unknown state).
+    fn detach(&self, mut wait: Wait) -> Option<MySqlConnection> {
+        let conn = wait.conn.take()?;
+        if matches!(conn, Conn::Pooled(_)) {
+            self.lent.store(false, Ordering::SeqCst);
+        }
+        Some(conn.detach())
+    }
+
+    /// An idle connection of the pool's (if none is lent already) or of an earlier wait, or a
+    /// new one.
+    async fn connection(&self, max_wait: Duration) -> Option<Wait<'_>> {
+        let wait = |conn| Wait { conn: Some(conn), lent: &self.lent };
+        if !self.lent.swap(true, Ordering::SeqCst) {
+            match self.pool.try_acquire() {
+                Some(conn) => return Some(wait(Conn::Pooled(conn))),
+                None => self.lent.store(false, Ordering::SeqCst),
+            }
+        }
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        if idle.is_some() {
-            return idle;
+        if let Some(conn) = idle {
+            return Some(wait(Conn::Own(conn)));
         }
         match timeout(max_wait.min(CONNECT_TIMEOUT), self.options.connect()).await {
-            Ok(Ok(conn)) => Some(conn),
+            Ok(Ok(conn)) => Some(wait(Conn::Own(conn))),
             Ok(Err(err)) => {
                 tracing::debug!("cannot connect to wait on the user lock: {err}");
                 None
             }
             Err(_) => None,
+        }
+    }
+}
+
+/// A wait's connection: borrowed from the pool, or of its own.
+enum Conn {
+    Pooled(PoolConnection<MySql>),
+    Own(MySqlConnection),
+}
+
+impl Conn {
+    fn detach(self) -> MySqlConnection {
+        match self {
+            Conn::Pooled(conn) => conn.detach(),
+            Conn::Own(conn) => conn,
+        }
+    }
+}
+
+/// A wait under way. Dropped before it ended (a signal ends the wait), its connection is
+/// closed, never handed back to the pool: it may be about to get the user lock.
+struct Wait<'a> {
+    conn: Option<Conn>,
+    lent: &'a AtomicBool,
+}
+
+impl Wait<'_> {
+    fn conn(&mut self) -> &mut MySqlConnection {
+        match self.conn.as_mut().expect("a wait has its connection until it ends") {
+            Conn::Pooled(conn) => conn,
+            Conn::Own(conn) => conn,
+        }
+    }
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if matches!(conn, Conn::Pooled(_)) {
+                self.lent.store(false, Ordering::SeqCst);
+            }
+            drop(conn.detach());
         }
     }
 }

@@ -218,7 +218,7 @@ impl MySqlStore {
             .max_connections(3)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(options.clone());
-        let hints = hint::Hints::new(options.clone(), &table);
+        let hints = hint::Hints::new(options.clone(), pool.clone(), &table);
         let store = Self { pool, options, table: format!("`{table}`"), shown, secrets, hints };
         let (store_ref, table) = (&store, &table);
         store
