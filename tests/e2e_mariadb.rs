@@ -161,6 +161,8 @@ fn a_timed_out_waiter_and_a_finished_run_leave_nothing_on_the_server() {
     // Blocked in GET_LOCK until --timeout ends the wait (status 0: the turn never came).
     let out = sb.output(sb.at(&url, &["--lock", "worker", "--wait", "--timeout", "2s", "--", "touch", "/dev/null"]));
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    // A wait in GET_LOCK is long by design: no slow-statement warning for it.
+    assert!(!stderr_of(&out).contains("warning"), "stderr {:?}", stderr_of(&out));
     wait_for(|| db.blocked_on_user_locks() == 0, SOON, "the timed-out waiter's GET_LOCK to end");
 
     holder.signal(Signal::SIGTERM);

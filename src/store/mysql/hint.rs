@@ -42,6 +42,10 @@ const ANSWER_GRACE: Duration = Duration::from_secs(2);
 /// that a server that is down is not asked in a tight loop.
 const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
+/// How often, and how far apart, a wait looks for a pool connection on its way back.
+const RETURN_TRIES: u32 = 20;
+const RETURN_PAUSE: Duration = Duration::from_millis(2);
+
 /// Longest a connection for a wait may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -174,10 +178,18 @@ impl Hints {
     async fn connection(&self, max_wait: Duration) -> Option<Wait<'_>> {
         let wait = |conn| Wait { conn: Some(conn), lent: &self.lent };
         if !self.lent.swap(true, Ordering::SeqCst) {
-            match self.pool.try_acquire() {
-                Some(conn) => return Some(wait(Conn::Pooled(conn))),
-                None => self.lent.store(false, Ordering::SeqCst),
+            // The acquire just before hands its connection back after a ping: a moment's
+            // wait for it saves a second connection to the server.
+            for _ in 0..RETURN_TRIES {
+                if let Some(conn) = self.pool.try_acquire() {
+                    return Some(wait(Conn::Pooled(conn)));
+                }
+                if self.pool.size() as usize <= self.pool.num_idle() {
+                    break; // none is on its way back
+                }
+                tokio::time::sleep(RETURN_PAUSE).await;
             }
+            self.lent.store(false, Ordering::SeqCst);
         }
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         if let Some(conn) = idle {

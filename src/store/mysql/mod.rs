@@ -170,7 +170,11 @@ fn connect_options(url: &str) -> std::result::Result<MySqlConnectOptions, String
     let options = MySqlConnectOptions::from_str(&format!("mysql://{base}{query}"))
         // sqlx's parse errors do not echo the URL; ours are scrubbed again anyway.
         .map_err(|e| format!("not a valid MySQL URL: {e}"))?;
-    Ok(options.log_statements(tracing::log::LevelFilter::Trace))
+    // A wait in GET_LOCK is slow by design: sqlx's slow-statement warning would print on
+    // every wait.
+    Ok(options
+        .log_statements(tracing::log::LevelFilter::Trace)
+        .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(1)))
 }
 
 /// The password as written in the URL and as decoded, to scrub from any message.
