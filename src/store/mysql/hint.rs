@@ -94,6 +94,25 @@ impl Hints {
         }
     }
 
+    /// A spare connection of this store's (the one `open` checked the table on, one an
+    /// acquire or a wait used), or one of the pool's: a one-shot run then needs one
+    /// connection in all.
+    pub async fn connection_for_acquire(&self) -> sqlx::Result<Conn> {
+        let spare = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match spare {
+            Some(conn) => Ok(Conn::Own(conn)),
+            None => Ok(Conn::Pooled(self.pool.acquire().await?)),
+        }
+    }
+
+    /// Keep a connection in a clean state (no user lock, no statement under way) for later.
+    pub fn spare(&self, conn: Conn) {
+        match conn {
+            Conn::Own(conn) => self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn),
+            Conn::Pooled(conn) => drop(conn),
+        }
+    }
+
     /// Whether this task, waiting, holds `lock`'s user lock without holding the lease.
     pub fn is_woken(&self, lock: &str) -> bool {
         self.woken.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&(lock.to_string(), try_id()))
@@ -206,14 +225,22 @@ impl Hints {
     }
 }
 
-/// A wait's connection: borrowed from the pool, or of its own.
-enum Conn {
+/// A connection borrowed from the pool, or of its own.
+pub enum Conn {
     Pooled(PoolConnection<MySql>),
     Own(MySqlConnection),
 }
 
 impl Conn {
-    fn detach(self) -> MySqlConnection {
+    pub fn conn(&mut self) -> &mut MySqlConnection {
+        match self {
+            Conn::Pooled(conn) => conn,
+            Conn::Own(conn) => conn,
+        }
+    }
+
+    /// Out of the pool for good.
+    pub fn detach(self) -> MySqlConnection {
         match self {
             Conn::Pooled(conn) => conn.detach(),
             Conn::Own(conn) => conn,
@@ -230,10 +257,7 @@ struct Wait<'a> {
 
 impl Wait<'_> {
     fn conn(&mut self) -> &mut MySqlConnection {
-        match self.conn.as_mut().expect("a wait has its connection until it ends") {
-            Conn::Pooled(conn) => conn,
-            Conn::Own(conn) => conn,
-        }
+        self.conn.as_mut().expect("a wait has its connection until it ends").conn()
     }
 }
 

@@ -237,6 +237,9 @@ impl MySqlStore {
                     Err(err) if no_table(&err) => {} // no table, no locks: status and list say so
                     other => other.map(drop)?,
                 }
+                // Kept out of the pool for the acquire that follows (the pool would first ping
+                // it on its way back, and an acquire meanwhile would open a second connection).
+                store.hints.spare(hint::Conn::Own(conn.detach()));
                 Ok(())
             })
             .await?;
@@ -481,7 +484,7 @@ impl Store for MySqlStore {
         );
         self.call("acquire", move || async move {
             let won = |token| Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token });
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = self.hints.connection_for_acquire().await?;
             let mut last = LockRecord::free(lock);
             for _ in 0..ACQUIRE_ROUNDS {
                 // Free, released or expired: take it. The affected-row count is the verdict,
@@ -491,15 +494,18 @@ impl Store for MySqlStore {
                     .bind(micros(ttl))
                     .bind(lock.as_bytes())
                     .bind(lock.as_bytes())
-                    .execute(&mut *conn)
+                    .execute(conn.conn())
                     .await?;
                 if done.rows_affected() == 1 {
                     // The connection that holds the user lock leaves the pool with the lease.
                     self.hints.won(lock, Some(conn.detach()));
                     return Ok(won(done.last_insert_id()));
                 }
-                match self.read(&mut conn, lock).await? {
-                    Some(record) if record.is_held() => return Ok(Acquire::Held(record)),
+                match self.read(conn.conn(), lock).await? {
+                    Some(record) if record.is_held() => {
+                        self.hints.spare(conn);
+                        return Ok(Acquire::Held(record));
+                    }
                     // Freed or lapsed since the update looked: try again.
                     Some(record) => last = record,
                     // A name never seen: exactly one racer's insert succeeds.
@@ -507,14 +513,14 @@ impl Store for MySqlStore {
                         .bind(lock.as_bytes())
                         .bind(identity)
                         .bind(micros(ttl))
-                        .execute(&mut *conn)
+                        .execute(conn.conn())
                         .await
                     {
                         Ok(_) => {
                             // A lock name's first acquisition only: one more statement.
                             let hinted = sqlx::query(AssertSqlSafe(get_lock.0.as_str()))
                                 .bind(lock.as_bytes())
-                                .execute(&mut *conn)
+                                .execute(conn.conn())
                                 .await;
                             if let Err(err) = hinted {
                                 tracing::debug!("cannot take the user lock: {err}");
