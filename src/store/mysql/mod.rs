@@ -37,6 +37,9 @@
 //!   restart, so a holder rides out a short outage.
 //! - Wake-ups come from a user-level lock (`GET_LOCK`) the holder keeps beside its lease
 //!   and waiters block on (see [`hint`]); only a hint, the table decides.
+//! - Connections: a one-shot run uses one (the table check, the acquire and the release
+//!   share it); a holder keeps the one its acquire won on (it holds the user lock) and renews
+//!   on the pool's; a standby keeps one, blocked in `GET_LOCK`.
 //!
 //! The password never appears in a message: every message names the store by
 //! `url::redact`, and anything that might echo it is scrubbed.
