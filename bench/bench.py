@@ -345,7 +345,7 @@ STORES: list[Store] = [
     Store("postgres", url=lambda s: f"postgres://postgres@127.0.0.1:{s.info['port']}/postgres",
           start=start_postgres, stop=stop_postgres, note="PostgreSQL 15 on loopback, LISTEN/NOTIFY wake-ups"),
     Store("mariadb", url=lambda s: f"mysql://leaderrun:bench@127.0.0.1:{s.info['port']}/leaderrun",
-          start=start_mariadb, stop=stop_server, note="MariaDB on loopback, polled"),
+          start=start_mariadb, stop=stop_server, note="MariaDB on loopback, GET_LOCK wake-ups"),
     Store("redis", url=lambda s: f"redis://127.0.0.1:{s.info['port']}/0",
           start=start_redis, stop=stop_server, note="Redis on loopback, appendfsync always, pub/sub wake-ups"),
     Store("etcd", url=lambda s: f"etcd://127.0.0.1:{s.info['port']}",
