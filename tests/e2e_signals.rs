@@ -213,9 +213,21 @@ fn a_run_that_starts_no_child_leaves_no_watchdog_behind() {
     assert!(!sb.exists("ran"));
     assert_eq!(other.stderr(), "", "quiet");
 
+    // A standby that ends without a child (a signal while it waits) ends its watchdog
+    // itself, before it exits: even a stopped one, which could not see the pipe close.
+    let mut standby = sb.spawn("c", sb.cmd(&["--lock", "busy", "--wait", "-vv", "--", "true"]));
+    wait_for(|| standby.stderr().contains("waiting"), SOON, "the standby to campaign");
+    let idle = watchdogs_of(&sb, &standby);
+    assert_eq!(idle.len(), 1, "the standby's idle watchdog: {:?}", sb.processes());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(idle[0]), Signal::SIGSTOP).expect("stop the watchdog");
+    standby.signal(Signal::SIGTERM);
+    assert_eq!(standby.wait_code(SOON), 128 + 15, "stderr {:?}", standby.stderr());
+    assert!(!pid_alive(idle[0]), "the wrapper ended and reaped its unused watchdog: {:?}", sb.processes());
+    assert!(!standby.stderr().contains("watchdog"), "{:?}", standby.stderr());
+
     // A standby killed while it waits: its idle watchdog sees the pipe close, has nothing
     // to guard, and exits without a word or a signal.
-    let mut standby = sb.spawn("c", sb.cmd(&["--lock", "busy", "--wait", "-vv", "--", "true"]));
+    let mut standby = sb.spawn("d", sb.cmd(&["--lock", "busy", "--wait", "-vv", "--", "true"]));
     wait_for(|| standby.stderr().contains("waiting"), SOON, "the standby to campaign");
     let idle = watchdogs_of(&sb, &standby);
     assert_eq!(idle.len(), 1, "the standby's idle watchdog: {:?}", sb.processes());
