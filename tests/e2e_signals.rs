@@ -244,6 +244,31 @@ fn a_run_that_starts_no_child_leaves_no_watchdog_behind() {
 }
 
 #[test]
+fn a_standby_whose_idle_watchdog_was_killed_starts_a_new_one_when_elected() {
+    let sb = Sandbox::new();
+    let (mut a, _, _) = start_worker(&sb, "a", &["--lock", "turns", "--wait"], &worker("", "sleep 1000"));
+    let mut cmd = sb.cmd(&["--lock", "turns", "--wait", "-vv", "--", "sh", "-c", &worker("", "sleep 1000")]);
+    cmd.env("WORKER_NAME", "b");
+    let mut b = sb.spawn("b", cmd);
+    wait_for(|| b.stderr().contains("waiting"), SOON, "the standby to campaign");
+    let idle = watchdogs_of(&sb, &b);
+    assert_eq!(idle.len(), 1, "the standby's idle watchdog: {:?}", sb.processes());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(idle[0]), Signal::SIGKILL).expect("kill the idle watchdog");
+
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait_code(SOON), 128 + 15, "stderr {:?}", a.stderr());
+    let child = sb.wait_pid("b.pid");
+    let guarding = watchdogs_of(&sb, &b);
+    assert!(matches!(guarding[..], [new] if new != idle[0]), "a new watchdog: {:?}", sb.processes());
+    assert!(!b.stderr().contains("cannot reach the watchdog"), "{:?}", b.stderr());
+    assert!(!b.stderr().contains("died"), "no replacement of a dead watchdog: {:?}", b.stderr());
+    assert!(pid_alive(child));
+    b.signal(Signal::SIGTERM);
+    assert_eq!(b.wait_code(SOON), 128 + 15, "stderr {:?}", b.stderr());
+    sb.wait_no_processes_left(SOON);
+}
+
+#[test]
 fn a_watchdog_killed_before_the_wrapper_is_replaced_and_the_tree_still_dies() {
     // As after an OOM kill of the watchdog: the wrapper must notice and start a new one,
     // or its own later crash would leave the child running past the lease.

@@ -20,6 +20,7 @@ use std::sync::Mutex;
 
 use nix::fcntl::OFlag;
 use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, setpgid, ForkResult, Pid};
 
 use super::{nonblocking, process};
@@ -59,19 +60,21 @@ pub fn start_early() -> Option<u8> {
     }
 }
 
-/// The forked watchdog, once: for the first `Watchdog::spawn` of the run.
+/// The forked watchdog, once: for the first `Watchdog::spawn` of the run. None if it
+/// is gone meanwhile (killed while leaderrun waited for the lease): it is reaped, and a
+/// new one is started instead.
 pub(super) fn take() -> Option<Early> {
-    lock().take()
+    lock().take().filter(|early| waitpid(early.pid, Some(WaitPidFlag::WNOHANG)) == Ok(WaitStatus::StillAlive))
 }
 
 /// The run is over and never claimed the forked watchdog: end it and reap it, so that
 /// nothing of the run outlives leaderrun. It guards nothing, so SIGKILL is harmless, and
 /// unlike closing the pipe it needs no co-operation from a watchdog that may be stopped.
 pub fn dismiss_unused() {
-    let Some(early) = take() else { return };
+    let Some(early) = lock().take() else { return };
     drop(early.pipe);
     let _ = kill(early.pid, Signal::SIGKILL);
-    let _ = nix::sys::wait::waitpid(early.pid, None);
+    let _ = waitpid(early.pid, None);
 }
 
 fn lock() -> std::sync::MutexGuard<'static, Option<Early>> {
