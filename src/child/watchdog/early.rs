@@ -8,9 +8,11 @@
 //! in the child. By the time a child is started, threads exist (the SQLite store's worker,
 //! tokio's blocking pool). So `main` forks the watchdog before it builds the runtime, for
 //! a run only, and the watchdog waits on its pipe until the supervisor claims it and says
-//! what to guard. A run that never starts a child (a conflict, a refused flag) dismisses
-//! it; a wrapper that dies first closes the pipe, and the watchdog, having nothing to
-//! guard, exits without signalling anything.
+//! what to guard (a `--wait` standby keeps it idle while it waits). A run that never
+//! starts a child (a conflict, a timing rule refused after parsing, a signal while
+//! waiting) dismisses it before exiting; a wrapper that dies first closes the pipe, and
+//! the watchdog, having nothing to guard, exits without signalling anything. Flags that
+//! the parser refuses, `--help`, `--version` and the subcommands fork nothing.
 //!
 //! A replacement for a watchdog that died is started later, from the threaded wrapper: it
 //! re-executes the binary (`leaderrun __watchdog`, see `Watchdog::spawn`).
