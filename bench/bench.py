@@ -57,7 +57,7 @@ PROBE = ROOT / "target" / "release" / "examples" / "leaderrun-probe"
 MARK_VAR = "LEADERRUN_BENCH_RUN"
 MARK = uuid.uuid4().hex
 
-FIGURES = ("overhead", "handoff", "failover", "standby", "memory", "contract")
+FIGURES = ("overhead", "handoff", "herd", "failover", "standby", "memory", "contract")
 
 
 # --------------------------------------------------------------------------- stores
@@ -345,7 +345,7 @@ STORES: list[Store] = [
     Store("postgres", url=lambda s: f"postgres://postgres@127.0.0.1:{s.info['port']}/postgres",
           start=start_postgres, stop=stop_postgres, note="PostgreSQL 15 on loopback, LISTEN/NOTIFY wake-ups"),
     Store("mariadb", url=lambda s: f"mysql://leaderrun:bench@127.0.0.1:{s.info['port']}/leaderrun",
-          start=start_mariadb, stop=stop_server, note="MariaDB on loopback, polled"),
+          start=start_mariadb, stop=stop_server, note="MariaDB on loopback, GET_LOCK wake-ups"),
     Store("redis", url=lambda s: f"redis://127.0.0.1:{s.info['port']}/0",
           start=start_redis, stop=stop_server, note="Redis on loopback, appendfsync always, pub/sub wake-ups"),
     Store("etcd", url=lambda s: f"etcd://127.0.0.1:{s.info['port']}",
@@ -410,7 +410,7 @@ ANCHORS: list[Contender] = [
     Contender("etcdctl lock", "etcd",
               lambda s, lock, child, wait, flags: ["etcdctl", f"--endpoints={s.info['endpoint']}",
                                                    "lock", lock, "--", *map(str, child)],
-              figures=frozenset({"overhead", "handoff", "contract"})),
+              figures=frozenset({"overhead", "handoff", "herd", "contract"})),
 ]
 
 
@@ -767,7 +767,7 @@ def fig_handoff(session: Session, c: Contender, cfg: dict, procs_mark: str) -> d
 
         def start(i: int) -> subprocess.Popen:
             child = probe_argv(log, lockfile, f"h{i}", run_for=hold)
-            return procs.spawn(c.command(session, lock, child, True, []), stderr=errf)
+            return procs.spawn(c.command(session, lock, child, True, ["-vvv"] if c.is_leaderrun else []), stderr=errf)
 
         prev = start(0)
         if probes.wait("START", "h0", 20, prev) is None:
@@ -801,10 +801,13 @@ def fig_handoff(session: Session, c: Contender, cfg: dict, procs_mark: str) -> d
             bad_exits += 1
     probes.poll()
     gaps_ms = [ms(g) for g in gaps]
+    requests = sum(count_requests(d / "stderr.log").values()) if c.is_leaderrun else None
     return {
         "label": c.label,
         "n": len(gaps),
         "hold": hold,
+        # Every run's requests (its acquire, renewals while it holds, release) over the handoffs.
+        "requests_per_handoff": requests / (len(gaps) + 1) if requests is not None and gaps else None,
         "p50_ms": pct(gaps_ms, 0.5),
         "p90_ms": pct(gaps_ms, 0.9),
         "p99_ms": pct(gaps_ms, 0.99),
@@ -813,6 +816,66 @@ def fig_handoff(session: Session, c: Contender, cfg: dict, procs_mark: str) -> d
         "overlaps": len(probes.overlaps) + sum(1 for g in gaps if g < 0),
         "bad_exits": bad_exits,
         "waiter_head_start_min_ms": ms(min(head_starts)) if head_starts else math.nan,
+        "failure": failure,
+        "gaps_ms": gaps_ms,
+    }
+
+
+def fig_herd(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict:
+    """Many waiters on one lock: a holder keeps it while `herd` --wait runs start and settle,
+    then each waiter in turn holds it for `herd_hold`. Gap: each START minus the latest STOP
+    before it. Requests: every run's `store request` lines (-vvv) over the handoffs."""
+    d = session.dir / f"herd-{slug(c.label)}"
+    d.mkdir()
+    log, lockfile, lock = d / "probe.log", d / "probe.lock", lock_name("herd")
+    n, hold = cfg["herd"], cfg["herd_hold"]
+    flags = ["-vvv"] if c.is_leaderrun else []
+    probes = ProbeLog(log)
+    failure = None
+    with open(d / "stderr.log", "wb") as errf, Procs(procs_mark) as procs:
+        first = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "w0", run_for="1000s"), True, flags),
+                            stderr=errf)
+        if probes.wait("START", "w0", 20, first) is None:
+            return {"label": c.label, "failure": "the first holder's child never started: " + why_not(first, d / "stderr.log")}
+        waiters = [procs.spawn(c.command(session, lock, probe_argv(log, lockfile, f"w{i}", run_for=hold), True, flags),
+                               stderr=errf) for i in range(1, n + 1)]
+        # Let every waiter reach its wait (start-up on a loaded 2-core machine takes a while).
+        time.sleep(cfg["herd_settle"])
+        before = count_requests(d / "stderr.log") if c.is_leaderrun else Counter()
+        Procs.terminate(first)
+        deadline = time.monotonic() + 60 + n * 5
+        while time.monotonic() < deadline:
+            probes.poll()
+            if len(probes.stop) >= n + 1:
+                break
+            if all(w.poll() is not None for w in waiters) and len(probes.start) < n + 1:
+                break
+            time.sleep(0.05)
+        probes.poll()
+        after = count_requests(d / "stderr.log") if c.is_leaderrun else Counter()
+        if len(probes.start) < n + 1:
+            failure = f"{len(probes.start) - 1} of {n} waiters ran"
+        bad_exits = sum(1 for w in waiters if w.wait(30) != 0)
+    events = sorted([(t, "STOP") for t in probes.stop.values()] + [(t, "START") for t in probes.start.values()])
+    gaps, last_stop = [], None
+    for t, kind in events:
+        if kind == "STOP":
+            last_stop = t
+        elif last_stop is not None:
+            gaps.append(t - last_stop)
+            last_stop = None
+    gaps_ms = [ms(g) for g in gaps]
+    requests = sum((after - before).values()) if c.is_leaderrun else None
+    return {
+        "label": c.label,
+        "waiters": n,
+        "n": len(gaps),
+        "p50_ms": pct(gaps_ms, 0.5),
+        "p99_ms": pct(gaps_ms, 0.99),
+        "max_ms": max(gaps_ms, default=math.nan),
+        "overlaps": len(probes.overlaps) + sum(1 for g in gaps if g < 0),
+        "bad_exits": bad_exits,
+        "requests_per_handoff": requests / len(gaps) if requests is not None and gaps else None,
         "failure": failure,
         "gaps_ms": gaps_ms,
     }
@@ -909,11 +972,12 @@ def fig_standby(session: Session, c: Contender, cfg: dict, procs_mark: str) -> d
         holder = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "H"), True, []), stderr=errf)
         if probes.wait("START", "H", 20, holder) is None:
             return {"label": c.label, "failure": "the holder's child never started: " + why_not(holder, d / "holder.stderr")}
-        procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "S"), True, ["-vvv"]), stderr=tracef)
+        standby = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "S"), True, ["-vvv"]), stderr=tracef)
         time.sleep(cfg["standby_settle"])
         t0, before = time.monotonic(), count_requests(trace)
         time.sleep(cfg["standby_seconds"])
         t1, after = time.monotonic(), count_requests(trace)
+        syscalls = count_syscalls(standby.pid, cfg["strace_seconds"], d / "strace.txt")
     seconds = t1 - t0
     ops = after - before
     return {
@@ -923,6 +987,8 @@ def fig_standby(session: Session, c: Contender, cfg: dict, procs_mark: str) -> d
         "per_second": sum(ops.values()) / seconds,
         "by_op": {op: round(n / seconds, 1) for op, n in sorted(ops.items())},
         "standby_started": "S" in probes.start,
+        "syscalls": syscalls,
+        "strace_seconds": cfg["strace_seconds"],
     }
 
 
@@ -969,6 +1035,28 @@ def fig_contract(session: Session, c: Contender, cfg: dict, procs_mark: str) -> 
             "wrapper_exit": wrapper_exit, "ttl": cfg["contract_ttl"] if c.is_leaderrun else None}
 
 
+def count_syscalls(pid: int, seconds: float, out: Path) -> Optional[int]:
+    """System calls made by every thread of `pid` over `seconds` (`strace -c -f -p`); None
+    without strace (it is installed with `apt-get install strace`)."""
+    if not shutil.which("strace"):
+        return None
+    p = subprocess.Popen(["strace", "-c", "-f", "-p", str(pid), "-o", str(out)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(seconds)
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return None
+    for line in out.read_text(errors="replace").splitlines():
+        words = line.split()
+        if words and words[-1] == "total":
+            # "100.00  0.000123  12  34  5  total": calls is the 4th column.
+            return int(words[3])
+    return 0
+
+
 def count_requests(path: Path) -> Counter:
     with open(path, "rb") as f:
         text = f.read().decode(errors="replace")
@@ -996,7 +1084,9 @@ def fig_memory(session: Session, c: Contender, cfg: dict, procs_mark: str) -> di
         standby = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "S"), True, flags), stderr=errf)
         time.sleep(cfg["memory_after"])
         held_for = ms(time.monotonic_ns() - started) / 1e3
-        watchdogs = [k for k in children_of(holder.pid) if "__watchdog" in cmdline(k)]
+        # The wrapper's children: its child (the probe) and its watchdog, whichever way that
+        # was started (forked, or `leaderrun __watchdog`).
+        watchdogs = [k for k in children_of(holder.pid) if str(PROBE) not in " ".join(map(str, cmdline(k)))]
         watchdog = watchdogs[0] if watchdogs else None
         result = {
             "label": c.label,
@@ -1061,6 +1151,9 @@ def run_all(cfg: dict, only: Optional[set], tmp: Path) -> dict:
                     if "handoff" in c.figures:
                         say(f"[{store.name}] 2. handoff: {c.label}, {cfg['handoffs']} handoffs")
                         attempt("handoff", c.label, lambda: fig_handoff(session, c, cfg, fig_mark))
+                    if "herd" in c.figures:
+                        say(f"[{store.name}] 2b. herd: {c.label}, {cfg['herd']} waiters")
+                        attempt("herd", c.label, lambda: fig_herd(session, c, cfg, fig_mark))
                     if "failover" in c.figures:
                         say(f"[{store.name}] 3. failover: {c.label}, {cfg['failovers']} kill -9")
                         attempt("failover", c.label, lambda: fig_failover(session, c, cfg, fig_mark))
@@ -1116,7 +1209,32 @@ def machine() -> dict:
         "hyperfine": out(["hyperfine", "--version"]),
         "rustc": out(["rustc", "--version"]),
         "load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        "binary_bytes": LEADERRUN.stat().st_size if LEADERRUN.exists() else None,
+        "stripped_bytes": stripped_size(LEADERRUN),
     }
+
+
+def stripped_size(binary: Path) -> Optional[int]:
+    """The size of `binary` with its symbols stripped (what a package would ship)."""
+    if not binary.exists() or not shutil.which("strip"):
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "stripped"
+        if subprocess.run(["strip", "-o", str(out), str(binary)], capture_output=True).returncode != 0:
+            return None
+        return out.stat().st_size
+
+
+def clean_build_seconds() -> float:
+    """A clean `cargo build --release --locked` (every store, every dependency) into a
+    temporary target directory: what a user building from source waits."""
+    cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
+    with tempfile.TemporaryDirectory(prefix="leaderrun-build-") as d:
+        say(f"timing a clean release build into {d}")
+        t = time.monotonic()
+        subprocess.run([cargo, "build", "--release", "--locked", "--bin", "leaderrun"], cwd=ROOT, check=True,
+                       env=dict(os.environ, CARGO_TARGET_DIR=d), stdout=subprocess.DEVNULL)
+        return time.monotonic() - t
 
 
 def status_kib_meminfo() -> Optional[int]:
@@ -1131,6 +1249,82 @@ def status_kib_meminfo() -> Optional[int]:
 
 def mib(kib: Optional[int]) -> str:
     return "—" if kib is None else f"{kib / 1024:.1f}"
+
+
+# Issue 12's goals, each checked against this run's figures. Where one is not met, WHY_NOT
+# says what was tried and why it stops there (kept here, next to the figures it explains).
+WATCH_STORES = {"etcd", "nats", "zookeeper", "kubernetes"}
+WHY_NOT: dict[str, str] = {}
+
+
+def goals(results: dict, m: dict, cfg: dict) -> list:
+    """The goals table: target, this run's figure, met or not."""
+    rows, unmet = [], []
+
+    def check(key: str, goal: str, target: str, figures: list, ok: Optional[bool]) -> None:
+        shown = "; ".join(figures) if figures else "not measured in this run"
+        verdict = "—" if ok is None or not figures else ("met" if ok else "**not met**")
+        rows.append([goal, target, shown, verdict])
+        if ok is False and figures:
+            unmet.append(key)
+
+    def store_of(label: str) -> str:
+        return label.split(" ", 1)[1] if label.startswith("leaderrun ") else label
+
+    over = {r["command"]: r for run in results["overhead"] if "rows" in run for r in run["rows"]}
+    sq = over.get("leaderrun sqlite")
+    check("oneshot-sqlite", "one-shot overhead, embedded store", "≤ 1.5× `flock FILE true`",
+          [f"{sq['x_flock']:.1f}× ({sq['median_ms']:.2f} ms)"] if sq else [], sq and sq["x_flock"] <= 1.5)
+    pg = over.get("leaderrun postgres")
+    check("oneshot-postgres", "PostgreSQL one-shot", "≤ 5 ms", [f"{pg['median_ms']:.2f} ms"] if pg else [],
+          pg and pg["median_ms"] <= 5.0)
+    et, ctl = over.get("leaderrun etcd"), over.get("etcdctl lock")
+    ratio = et["median_ms"] / ctl["median_ms"] if et and ctl else None
+    check("oneshot-etcd", "etcd one-shot", "≤ 0.3× `etcdctl lock`",
+          [f"{ratio:.2f}× ({et['median_ms']:.2f} / {ctl['median_ms']:.2f} ms)"] if ratio else [], ratio and ratio <= 0.3)
+
+    for key, figure, what in (("handoff", "handoff", "1 waiter"), ("herd", "herd", f"{cfg['herd']} waiters")):
+        done = [r for r in results.get(figure, []) if r.get("n") and r["label"].startswith("leaderrun ")]
+        slow = [f"{store_of(r['label'])} {r['p99_ms']:.1f}" for r in done if not r["p99_ms"] <= 10.0]
+        fast = [store_of(r["label"]) for r in done if r["p99_ms"] <= 10.0]
+        figs = ([f"≤ 10 ms: {', '.join(fast)}"] if fast else []) + ([f"over (p99 ms): {', '.join(slow)}"] if slow else [])
+        check(key, f"clean handoff p99, {what}", "≤ 10 ms on every store", figs if done else [], not slow)
+
+    idle = [r for r in results["standby"] if "per_second" in r]
+    over_budget = [f"{store_of(r['label'])} {r['per_second']:.2f}/s" for r in idle
+                   if r["per_second"] > (0.0 if store_of(r["label"]) in WATCH_STORES else 1.0)]
+    check("idle", "idle standby's store requests", "0/s with watches (etcd, NATS, ZooKeeper, Kubernetes), ≤ 1/s polling",
+          ([f"within: {len(idle) - len(over_budget)} of {len(idle)} stores"] +
+           ([f"over: {', '.join(over_budget)}"] if over_budget else [])) if idle else [], not over_budget)
+    sq_idle = next((r for r in idle if r["label"] == "leaderrun sqlite"), None)
+    calls = sq_idle.get("syscalls") if sq_idle else None
+    check("idle-sqlite", "idle SQLite standby's system calls", f"≤ 100 in {cfg['strace_seconds']:g} s",
+          [f"{calls}"] if calls is not None else [], calls is not None and calls <= 100)
+
+    mem = [r for r in results["memory"] if r.get("wrapper_hwm_kib")]
+    fat = [f"{store_of(r['label'])} {mib(r['wrapper_hwm_kib'])}" for r in mem if r["wrapper_hwm_kib"] > 8 * 1024]
+    check("rss-wrapper", "wrapper peak RSS", "≤ 8 MiB",
+          ([f"within: {len(mem) - len(fat)} of {len(mem)} stores"] + ([f"over (MiB): {', '.join(fat)}"] if fat else []))
+          if mem else [], not fat)
+    dogs = [r for r in mem if r.get("watchdog_hwm_kib")]
+    fat = [f"{store_of(r['label'])} {mib(r['watchdog_hwm_kib'])}" for r in dogs if r["watchdog_hwm_kib"] > 2 * 1024]
+    check("rss-watchdog", "watchdog peak RSS", "≤ 2 MiB",
+          ([f"within: {len(dogs) - len(fat)} of {len(dogs)} stores"] + ([f"over (MiB): {', '.join(fat)}"] if fat else []))
+          if dogs else [], not fat)
+
+    fo = [r for r in results["failover"] if r.get("n")]
+    late = [f"{store_of(r['label'])} {r['takeover_max_ms']:.0f} ms" for r in fo
+            if r["takeover_max_ms"] > parse_seconds(r["ttl"]) * 1e3 + 1000]
+    check("takeover", "crash takeover (max of the reps)", "≤ ttl + 1 s",
+          ([f"within: {len(fo) - len(late)} of {len(fo)} stores"] + ([f"over: {', '.join(late)}"] if late else []))
+          if fo else [], not late)
+
+    parts = ["## Goals (issue 12)", "", md_table(["goal", "target", "this run", ""], rows), ""]
+    for key in unmet:
+        if key in WHY_NOT:
+            parts += [f"- **{key}**: {WHY_NOT[key]}"]
+    return parts + ([""] if unmet else [])
+
 
 
 def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> str:
@@ -1154,6 +1348,17 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
         ]),
         "",
     ]
+
+    size = lambda b: "—" if b is None else f"{b / 1e6:.2f} MB"
+    parts += ["## 0. Build", "",
+              md_table(["", ""], [
+                  ["release binary (every store)", size(m.get("binary_bytes"))],
+                  ["stripped", size(m.get("stripped_bytes"))],
+                  ["clean release build (`cargo build --release --locked`, every dependency)",
+                   f"{m['build_seconds']:.0f} s on {m['nproc']} cores" if m.get("build_seconds") else
+                   "not measured in this run (`bench.py --build-time`)"],
+              ]), ""]
+    parts += goals(results, m, cfg)
 
     parts += ["## 1. Start-to-exit overhead of a one-shot run", "",
               f"`leaderrun --store URL --min-hold 0s --lock NAME -- true`, next to `true` and `flock FILE true` "
@@ -1184,10 +1389,29 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
             rows.append([r["label"], *["—"] * 8, r["error"]])
             continue
         note = r["failure"] or ""
+        per = r.get("requests_per_handoff")
         rows.append([r["label"], r["n"], fmt(r["p50_ms"]), fmt(r["p90_ms"]), fmt(r["p99_ms"]), fmt(r["max_ms"]),
-                     fmt(r["min_ms"]), r["overlaps"], r["bad_exits"], note])
-    parts += [md_table(["row", "handoffs", "p50 ms", "p90 ms", "p99 ms", "max ms", "min ms", "overlaps",
-                        "non-zero exits", "failure"], rows), ""]
+                     fmt(r["min_ms"]), "—" if per is None else fmt(per), r["overlaps"], r["bad_exits"], note])
+    parts += [md_table(["row", "handoffs", "p50 ms", "p90 ms", "p99 ms", "max ms", "min ms", "requests per handoff",
+                        "overlaps", "non-zero exits", "failure"], rows), ""]
+    parts += ["Requests per handoff: every run's store requests (`-vvv`: its acquire, its renewals while it holds, its "
+              "release) divided by the handoffs.", ""]
+
+    parts += ["### 2b. Clean handoff with many waiters on one lock", "",
+              f"A holder keeps the lock while {cfg['herd']} `--wait` runs start and settle ({cfg['herd_settle']:g} s); "
+              f"then it is stopped and each waiter in turn holds the lock for `--run-for {cfg['herd_hold']}`. Gap: each "
+              "START minus the latest STOP before it. Requests per handoff: the store requests of every run (all "
+              "the waiters re-reading, or not, on each release) over the handoffs.", ""]
+    rows = []
+    for r in results.get("herd", []):
+        if "error" in r or ("n" not in r):
+            rows.append([r["label"], *["—"] * 7, r.get("error") or r.get("failure")])
+            continue
+        per = r.get("requests_per_handoff")
+        rows.append([r["label"], r["waiters"], r["n"], fmt(r["p50_ms"]), fmt(r["p99_ms"]), fmt(r["max_ms"]),
+                     "—" if per is None else fmt(per), r["overlaps"], r["failure"] or ""])
+    parts += [md_table(["row", "waiters", "handoffs", "p50 ms", "p99 ms", "max ms", "requests per handoff",
+                        "overlaps", "failure"], rows), ""]
 
     parts += ["## 3. Crash failover (kill -9 of the holder's wrapper)", "",
               "The holder's wrapper (not its child) gets SIGKILL at a random point of its renewal cycle. "
@@ -1214,11 +1438,15 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
     rows = []
     for r in results["standby"]:
         if "failure" in r or "error" in r:
-            rows.append([r["label"], "—", "—", "—", r.get("failure") or r["error"]])
+            rows.append([r["label"], "—", "—", "—", r.get("failure") or r["error"], "—"])
             continue
-        rows.append([r["label"], fmt(r["seconds"]), r["requests"], fmt(r["per_second"]),
-                     ", ".join(f"{k} {v}/s" for k, v in r["by_op"].items())])
-    parts += [md_table(["row", "window s", "requests", "requests/s", "by op"], rows), ""]
+        rows.append([r["label"], fmt(r["seconds"]), r["requests"], fmt(r["per_second"], 2),
+                     ", ".join(f"{k} {v}/s" for k, v in r["by_op"].items()),
+                     "—" if r.get("syscalls") is None else r["syscalls"]])
+    parts += [md_table(["row", "window s", "requests", "requests/s", "by op",
+                        f"system calls in {cfg['strace_seconds']:g} s"], rows), ""]
+    parts += [f"System calls: every thread of the standby's wrapper, `strace -c -f -p` for {cfg['strace_seconds']:g} s "
+              "after the request window (its `-vvv` trace writes included when it makes requests).", ""]
 
     parts += ["## 5. Memory", "",
               f"VmHWM (peak resident set) from /proc/PID/status while the child runs, sampled "
@@ -1253,11 +1481,12 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
 
 # ---------------------------------------------------------------------------- main
 
-FULL = dict(hf_warmup=30, hf_runs=300, handoffs=200, handoff_hold="150ms", failovers=10,
+FULL = dict(hf_warmup=30, hf_runs=300, handoffs=200, handoff_hold="150ms", herd=100, herd_hold="20ms",
+            herd_settle=8.0, failovers=10,
             failover_ttl="2s", failover_renew="500ms", failover_kill_after="500ms",
-            standby_settle=1.0, standby_seconds=10.0, memory_ttl="3s", memory_renew="250ms", memory_after=1.6,
+            standby_settle=1.0, standby_seconds=10.0, strace_seconds=3.0, memory_ttl="3s", memory_renew="250ms", memory_after=1.6,
             contract_ttl="3s", contract_kill_after="1s", contract_patience=15.0)
-QUICK = dict(FULL, hf_warmup=5, hf_runs=40, handoffs=30, failovers=3, standby_seconds=3.0)
+QUICK = dict(FULL, hf_warmup=5, hf_runs=40, handoffs=30, herd=20, herd_settle=4.0, failovers=3, standby_seconds=3.0)
 
 
 def prepare(build: bool) -> None:
@@ -1285,6 +1514,7 @@ def main() -> int:
     ap.add_argument("--store", action="append", help="only this store (repeatable)")
     ap.add_argument("--no-build", action="store_true", help="use the release binaries as they are")
     ap.add_argument("--json", type=Path, help="also write every raw figure as JSON here")
+    ap.add_argument("--build-time", action="store_true", help="also time a clean release build (several minutes)")
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
@@ -1302,6 +1532,7 @@ def main() -> int:
         signal.signal(s, on_signal)
 
     prepare(build=not args.no_build)
+    build_seconds = clean_build_seconds() if args.build_time else None
     load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     tmp = Path(tempfile.mkdtemp(prefix="leaderrun-bench-"))
     started = time.monotonic()
@@ -1311,7 +1542,9 @@ def main() -> int:
         # Whatever happened: no process of ours outlives the script.
         Procs(MARK).cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
-    text = report(results, machine(), cfg, mode, load_before)
+    m = machine()
+    m["build_seconds"] = build_seconds
+    text = report(results, m, cfg, mode, load_before)
     print(text)
     say(f"total {time.monotonic() - started:.0f} s")
     if out:

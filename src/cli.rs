@@ -103,8 +103,8 @@ pub const STORES: &[(&str, &str)] = &[
         "Also postgresql://; PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and ~/.pgpass are honoured. \
          Each step is one statement (INSERT ... ON CONFLICT ... WHERE free or expired); expiry is judged on the \
          server's clock_timestamp(), so the server's clock must be slewed, never stepped. A release wakes waiters \
-         through LISTEN/NOTIFY (which a transaction-pooling proxy does not pass: waiters then re-check every \
-         second). No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
+         through LISTEN/NOTIFY (which a transaction-pooling proxy does not pass: waiters then re-read \
+         when the lease they saw would expire). No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
          acquisition or renewal: use synchronous replication for leases that matter. URL parameters other than \
          table= and libpq's sslmode, sslrootcert, sslcert, sslkey, options, application_name (and the like) are \
          refused.",
@@ -112,7 +112,8 @@ pub const STORES: &[(&str, &str)] = &[
     (
         "mysql://user:pass@host:3306/db?ssl-mode=VERIFY_IDENTITY&table=NAME",
         "Also mariadb://. A conditional UPDATE whose affected-row count decides, on the server's UTC_TIMESTAMP(6); \
-         waiters poll every ~100 ms. The same caveats about the server's clock and asynchronous replicas apply. \
+         the holder keeps a user-level lock (GET_LOCK) that waiters block on, one connection each (a hint only: \
+         a lease is still taken over at its expiry). The same caveats about the server's clock and asynchronous replicas apply. \
          URL parameters other than table=, ssl-mode, ssl-ca, ssl-cert, ssl-key and socket are refused.",
     ),
     (

@@ -35,11 +35,22 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Only a run starts a child; it forks its watchdog now, while leaderrun is still one
+    // thread, which is the only time a fork may go on running Rust code (see
+    // child/watchdog/early.rs). The watchdog process returns here when it is done.
+    if cli.subcommand.is_none() {
+        if let Some(code) = watchdog::start_early() {
+            // Exit without dropping anything: the pages it shares with leaderrun stay shared.
+            std::process::exit(i32::from(code));
+        }
+    }
     let ran = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")
         .and_then(|runtime| runtime.block_on(run::main(*cli)));
+    // A run that started no child leaves no watchdog behind.
+    watchdog::dismiss_unused();
     match ran {
         Ok(code) => ExitCode::from(code),
         // leaderrun's own trouble, with its causes on one line: "cannot write to standard

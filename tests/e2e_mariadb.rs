@@ -152,3 +152,25 @@ fn an_outage_longer_than_the_lease_stops_the_child() {
     assert_eq!(sb.read("next"), "2\n");
     sb.wait_no_processes_left(SOON);
 }
+
+#[test]
+fn a_timed_out_waiter_and_a_finished_run_leave_nothing_on_the_server() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    let url = db.url();
+    let (mut holder, child) = start_holder(&sb, &url, &[]);
+    // Blocked in GET_LOCK until --timeout ends the wait (status 0: the turn never came).
+    let out = sb.output(sb.at(&url, &["--lock", "worker", "--wait", "--timeout", "2s", "--", "touch", "/dev/null"]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    // A wait in GET_LOCK is long by design: no slow-statement warning for it.
+    assert!(!stderr_of(&out).contains("warning"), "stderr {:?}", stderr_of(&out));
+    wait_for(|| db.blocked_on_user_locks() == 0, SOON, "the timed-out waiter's GET_LOCK to end");
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
+    assert!(!pid_alive(child));
+    // Every session closed (no user lock can be left), the lease released.
+    wait_for(|| db.leaderrun_sessions() == 0, SOON, "every leaderrun session to end");
+    let (code, _) = status_json(&sb, &url, "worker");
+    assert_eq!(code, 1, "released on the way out");
+    wait_for(|| db.leaderrun_sessions() == 0, SOON, "status's session to end");
+}

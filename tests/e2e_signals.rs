@@ -140,9 +140,21 @@ fn a_signal_while_waiting_for_the_lock_ends_the_wait() {
 
 const SHORT_LEASE: [&str; 6] = ["--ttl", "2s", "--renew-every", "500ms", "--kill-after", "500ms"];
 
-/// The live watchdogs this sandbox started (`leaderrun __watchdog ...`).
+/// The live watchdogs this sandbox started (`ps` shows them as `leaderrun __watchdog`,
+/// forked or re-executed alike).
 fn watchdogs(sb: &Sandbox) -> Vec<i32> {
     sb.processes().into_iter().filter(|(_, cmd)| cmd.starts_with("leaderrun __watchdog")).map(|(pid, _)| pid).collect()
+}
+
+/// The live watchdogs of one wrapper (a run forks its watchdog at start-up, so a standby
+/// has one too, idle until it is elected).
+fn watchdogs_of(sb: &Sandbox, wrapper: &Wrapper) -> Vec<i32> {
+    watchdogs(sb).into_iter().filter(|&pid| parent_of(pid) == Some(wrapper.pid())).collect()
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A `--wait` holder `a` with a standby `b`; `meanwhile` runs while `a` holds the lease,
@@ -188,15 +200,87 @@ fn kill_9_of_the_wrapper_kills_the_tree_and_a_standby_takes_over() {
 }
 
 #[test]
+fn a_run_that_starts_no_child_leaves_no_watchdog_behind() {
+    let sb = Sandbox::new();
+    let (mut holder, child, gc) = start_worker(&sb, "a", &["--lock", "busy"], &worker("", "sleep 1000"));
+    let guarding = watchdogs_of(&sb, &holder);
+    assert_eq!(guarding.len(), 1, "the holder's watchdog: {:?}", sb.processes());
+    // A one-shot that finds the lock held exits 0 without a child; by the time it has
+    // exited, the watchdog it forked at start-up is gone too (reaped, not just orphaned).
+    let mut other = sb.spawn("b", sb.cmd(&["--lock", "busy", "--", "sh", "-c", "touch \"$D/ran\""]));
+    assert_eq!(other.wait_code(SOON), 0, "a conflict exits 0; stderr {:?}", other.stderr());
+    assert_eq!(watchdogs(&sb), guarding, "only the holder's watchdog: {:?}", sb.processes());
+    assert!(!sb.exists("ran"));
+    assert_eq!(other.stderr(), "", "quiet");
+
+    // A standby that ends without a child (a signal while it waits) ends its watchdog
+    // itself, before it exits: even a stopped one, which could not see the pipe close.
+    let mut standby = sb.spawn("c", sb.cmd(&["--lock", "busy", "--wait", "-vv", "--", "true"]));
+    wait_for(|| standby.stderr().contains("waiting"), SOON, "the standby to campaign");
+    let idle = watchdogs_of(&sb, &standby);
+    assert_eq!(idle.len(), 1, "the standby's idle watchdog: {:?}", sb.processes());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(idle[0]), Signal::SIGSTOP).expect("stop the watchdog");
+    standby.signal(Signal::SIGTERM);
+    assert_eq!(standby.wait_code(SOON), 128 + 15, "stderr {:?}", standby.stderr());
+    assert!(!pid_alive(idle[0]), "the wrapper ended and reaped its unused watchdog: {:?}", sb.processes());
+    assert!(!standby.stderr().contains("watchdog"), "{:?}", standby.stderr());
+
+    // A standby killed while it waits: its idle watchdog sees the pipe close, has nothing
+    // to guard, and exits without a word or a signal.
+    let mut standby = sb.spawn("d", sb.cmd(&["--lock", "busy", "--wait", "-vv", "--", "true"]));
+    wait_for(|| standby.stderr().contains("waiting"), SOON, "the standby to campaign");
+    let idle = watchdogs_of(&sb, &standby);
+    assert_eq!(idle.len(), 1, "the standby's idle watchdog: {:?}", sb.processes());
+    standby.signal(Signal::SIGKILL);
+    standby.wait_status(SOON);
+    wait_for(|| !pid_alive(idle[0]), SOON, "the idle watchdog to exit");
+    assert!(!standby.stderr().contains("watchdog"), "{:?}", standby.stderr());
+    assert!(pid_alive(child) && pid_alive(gc), "the holder's tree is untouched");
+    assert_eq!(watchdogs(&sb), guarding);
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
+    sb.wait_no_processes_left(SOON);
+}
+
+#[test]
+fn a_standby_whose_idle_watchdog_was_killed_starts_a_new_one_when_elected() {
+    let sb = Sandbox::new();
+    let (mut a, _, _) = start_worker(&sb, "a", &["--lock", "turns", "--wait"], &worker("", "sleep 1000"));
+    let mut cmd = sb.cmd(&["--lock", "turns", "--wait", "-vv", "--", "sh", "-c", &worker("", "sleep 1000")]);
+    cmd.env("WORKER_NAME", "b");
+    let mut b = sb.spawn("b", cmd);
+    wait_for(|| b.stderr().contains("waiting"), SOON, "the standby to campaign");
+    let idle = watchdogs_of(&sb, &b);
+    assert_eq!(idle.len(), 1, "the standby's idle watchdog: {:?}", sb.processes());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(idle[0]), Signal::SIGKILL).expect("kill the idle watchdog");
+
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait_code(SOON), 128 + 15, "stderr {:?}", a.stderr());
+    let child = sb.wait_pid("b.pid");
+    let guarding = watchdogs_of(&sb, &b);
+    assert!(matches!(guarding[..], [new] if new != idle[0]), "a new watchdog: {:?}", sb.processes());
+    assert!(!b.stderr().contains("cannot reach the watchdog"), "{:?}", b.stderr());
+    assert!(!b.stderr().contains("died"), "no replacement of a dead watchdog: {:?}", b.stderr());
+    assert!(pid_alive(child));
+    b.signal(Signal::SIGTERM);
+    assert_eq!(b.wait_code(SOON), 128 + 15, "stderr {:?}", b.stderr());
+    sb.wait_no_processes_left(SOON);
+}
+
+#[test]
 fn a_watchdog_killed_before_the_wrapper_is_replaced_and_the_tree_still_dies() {
     // As after an OOM kill of the watchdog: the wrapper must notice and start a new one,
     // or its own later crash would leave the child running past the lease.
     kill_9_of_the_holder_kills_the_tree_and_a_standby_takes_over(|sb, a| {
-        // `a`'s is the only watchdog: the standby starts its own only once elected.
-        let first = watchdogs(sb);
+        let first = watchdogs_of(sb, a);
         assert_eq!(first.len(), 1, "one watchdog: {:?}", sb.processes());
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(first[0]), Signal::SIGKILL).expect("kill the watchdog");
-        wait_for(|| matches!(watchdogs(sb)[..], [new] if new != first[0]), SOON, "the wrapper to start a new watchdog");
+        wait_for(
+            || matches!(watchdogs_of(sb, a)[..], [new] if new != first[0]),
+            SOON,
+            "the wrapper to start a new watchdog",
+        );
         wait_for(|| a.stderr().contains("started a new one"), SOON, "the warning about the replacement");
         assert_eq!(a.stderr().matches("the watchdog").count(), 1, "one warning: {:?}", a.stderr());
     });

@@ -54,6 +54,12 @@ impl Cgroup {
         &self.dir
     }
 
+    /// The directory itself, open for `clone3`'s `CLONE_INTO_CGROUP` (see `spawn.rs`).
+    pub fn open_dir(&self) -> std::io::Result<OwnedFd> {
+        use std::os::unix::fs::OpenOptionsExt;
+        Ok(fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(&self.dir)?.into())
+    }
+
     /// Its `cgroup.procs`, opened for writing: a forked child writes "0" to it to move
     /// itself in before its program runs (see `move_self_in`).
     pub fn open_procs(&self) -> std::io::Result<OwnedFd> {

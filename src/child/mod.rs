@@ -5,6 +5,7 @@ pub mod cgroup;
 mod command;
 pub mod group;
 pub mod signals;
+mod spawn;
 mod supervisor;
 mod terminal;
 pub mod tree;

@@ -2,7 +2,7 @@
 //! own process group and cgroup; relays signals to the whole tree; replaces a watchdog
 //! that dies; and at the end stands the watchdog down before the lease is released.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use super::cgroup::{self, Cgroup};
 use super::command::CommandSpec;
 use super::group::ProcessGroup;
+use super::spawn::{self, Exec, NotStarted};
 use super::terminal;
 use super::tree::ChildTree;
 use super::watchdog::{self, Watchdog};
@@ -81,6 +82,96 @@ impl Supervisor {
     pub fn new(command: CommandSpec, stop: Signal, kill_after: Duration) -> Self {
         Self { command, stop, kill_after, running: None }
     }
+
+    /// The child started inside `cgroup` by `clone3`. `Err(None)`: this host refuses that
+    /// (said once at debug level), use std's spawn; `Err(Some)`: the program cannot run.
+    fn clone_into(
+        &self,
+        cgroup: &Cgroup,
+        lease: &Lease,
+        announce: Option<RawFd>,
+        terminal: bool,
+    ) -> Result<spawn::Started, Option<std::io::Error>> {
+        let unsupported = |why: String| {
+            tracing::debug!("cannot start the child inside its cgroup ({why}); it moves in itself");
+            None
+        };
+        let dir = cgroup.open_dir().map_err(|e| unsupported(format!("{}: {e}", cgroup.dir().display())))?;
+        let exec = Exec::new(&self.command, &env_overrides(lease)).map_err(Some)?;
+        match spawn::spawn_into(&exec, dir.as_raw_fd(), announce, terminal) {
+            Ok(started) => Ok(started),
+            Err(NotStarted::Unsupported(err)) => Err(unsupported(format!("clone3: {err}"))),
+            Err(NotStarted::Exec(err) | NotStarted::Other(err)) => Err(Some(err)),
+        }
+    }
+
+    /// The child started by std's spawn (tokio's), moving itself into the cgroup whose
+    /// `cgroup.procs` is open on `procs` before its program runs.
+    fn std_spawn(
+        &self,
+        lease: &Lease,
+        procs: Option<RawFd>,
+        announce: Option<RawFd>,
+        terminal: bool,
+    ) -> std::io::Result<ChildProcess> {
+        let mut command = tokio::process::Command::new(&self.command.path);
+        command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
+        for (name, value) in env_overrides(lease) {
+            command.env(name, value);
+        }
+        if let Some(procs) = procs {
+            // Into its cgroup before its program runs, so nothing it starts is ever outside.
+            // SAFETY: runs between fork and exec; move_self_in makes one write(2) and
+            // does not allocate.
+            unsafe {
+                command.pre_exec(move || {
+                    cgroup::move_self_in(procs);
+                    Ok(())
+                });
+            }
+        }
+        // The child tells the watchdog its group itself, before its program starts.
+        if let Some(fd) = announce {
+            // SAFETY: runs between fork and exec; announce_from_child makes only
+            // async-signal-safe system calls and does not allocate.
+            unsafe {
+                command.pre_exec(move || watchdog::announce_from_child(fd));
+            }
+        }
+        if terminal {
+            // SAFETY: runs between fork and exec; take_foreground makes only
+            // async-signal-safe system calls.
+            unsafe {
+                command.pre_exec(|| {
+                    let _ = terminal::take_foreground();
+                    Ok(())
+                });
+            }
+        }
+        command.spawn().map(ChildProcess::Std)
+    }
+}
+
+/// The child, however it was started.
+enum ChildProcess {
+    Std(tokio::process::Child),
+    Cloned(spawn::Started),
+}
+
+impl ChildProcess {
+    fn id(&self) -> Option<u32> {
+        match self {
+            Self::Std(child) => child.id(),
+            Self::Cloned(started) => Some(started.pid),
+        }
+    }
+
+    async fn wait(self) -> std::io::Result<ExitStatus> {
+        match self {
+            Self::Std(mut child) => child.wait().await,
+            Self::Cloned(started) => started.wait().await,
+        }
+    }
 }
 
 fn env_overrides(lease: &Lease) -> [(&'static str, String); 3] {
@@ -132,44 +223,19 @@ impl Payload for Supervisor {
                 return Err(StartError::Internal(format!("cannot start the watchdog: {err}")));
             }
         };
-        let mut command = tokio::process::Command::new(&self.command.path);
-        command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
-        for (name, value) in env_overrides(lease) {
-            command.env(name, value);
-        }
-        if let Some((_, procs)) = &cgroup {
-            // Into its cgroup before its program runs, so nothing it starts is ever outside.
-            let procs = procs.as_raw_fd();
-            // SAFETY: runs between fork and exec; move_self_in makes one write(2) and
-            // does not allocate.
-            unsafe {
-                command.pre_exec(move || {
-                    cgroup::move_self_in(procs);
-                    Ok(())
-                });
-            }
-        }
-        // The child tells the watchdog its group itself, before its program starts.
-        if let Some(fd) = watchdog.pipe_fd() {
-            // SAFETY: runs between fork and exec; announce_from_child makes only
-            // async-signal-safe system calls and does not allocate.
-            unsafe {
-                command.pre_exec(move || watchdog::announce_from_child(fd));
-            }
-        }
         let terminal = terminal::in_foreground();
-        if terminal {
-            // SAFETY: runs between fork and exec; take_foreground makes only
-            // async-signal-safe system calls.
-            unsafe {
-                command.pre_exec(|| {
-                    let _ = terminal::take_foreground();
-                    Ok(())
-                });
-            }
-        }
-        let spawned = command.spawn();
-        drop(command);
+        let announce = watchdog.pipe_fd();
+        // Straight into its cgroup where the kernel allows (see spawn.rs); else std's spawn,
+        // and the child moves itself in before its program runs.
+        let cloned = match &cgroup {
+            Some((cgroup, _)) => self.clone_into(cgroup, lease, announce, terminal),
+            None => Err(None),
+        };
+        let spawned = match cloned {
+            Ok(started) => Ok(ChildProcess::Cloned(started)),
+            Err(Some(err)) => Err(err),
+            Err(None) => self.std_spawn(lease, cgroup.as_ref().map(|(_, procs)| procs.as_raw_fd()), announce, terminal),
+        };
         let cgroup = cgroup.map(|(cgroup, _procs)| cgroup);
         let child = match spawned {
             Ok(child) => child,
@@ -322,13 +388,7 @@ impl Running {
 /// Wait for the child, then make sure nothing of its tree outlives it: a background job
 /// (or one that left the process group, where a cgroup holds it) would otherwise run on
 /// after the lease is released.
-async fn reap(
-    mut child: tokio::process::Child,
-    tree: Tree,
-    stop: Signal,
-    kill_after: Duration,
-    tx: oneshot::Sender<ChildExit>,
-) {
+async fn reap(child: ChildProcess, tree: Tree, stop: Signal, kill_after: Duration, tx: oneshot::Sender<ChildExit>) {
     let ended = match child.wait().await {
         Ok(status) => match (status.code(), status.signal()) {
             (Some(code), _) => ChildExit::Code(code),

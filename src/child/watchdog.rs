@@ -2,36 +2,44 @@
 //! process tree even when leaderrun itself cannot.
 //!
 //! A SIGKILLed, OOM-killed or crashed wrapper cannot stop its child, and a SIGSTOPped
-//! one cannot keep time; `PR_SET_PDEATHSIG` covers only the direct child. So before
-//! the child starts, leaderrun starts itself again as `leaderrun __watchdog`, in a
-//! process group of its own (a signal to the wrapper's group does not reach it), with
-//! a pipe on its stdin and the child's cgroup, if it has one, as an argument. Over the
-//! pipe it learns the child's process group and every new deadline, as instants on
-//! CLOCK_BOOTTIME, which both processes share.
+//! one cannot keep time; `PR_SET_PDEATHSIG` covers only the direct child. So a watchdog
+//! process guards the child, in a process group of its own (a signal to the wrapper's
+//! group does not reach it), reading a pipe from leaderrun on its stdin. It is forked at
+//! start-up, before leaderrun has threads (`early.rs`); a replacement for one that died
+//! re-executes the binary as `leaderrun __watchdog`. Over the pipe it learns the stop
+//! signal and `kill_after`, the child's cgroup if it has one, the child's process group
+//! and every new deadline, as instants on CLOCK_BOOTTIME, which both processes share.
 //!
 //! - At `deadline − kill_after` it sends the stop signal to the tree, at `deadline`
 //!   SIGKILL: this is what stops the child of a frozen wrapper.
 //! - When the pipe closes without a goodbye (the wrapper died), it sends the stop
 //!   signal at once and SIGKILL after `kill_after` or at the deadline, whichever is
-//!   first, and waits until the tree is gone.
+//!   first, and waits until the tree is gone. Before it knows of a child it just exits.
 //! - On the goodbye line it exits without touching anything.
 //!
 //! This file is the wrapper's side; `process.rs` is the watchdog's.
 
+mod early;
+mod handle;
 mod process;
 mod timer;
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 
 use super::group::ProcessGroup;
+pub use early::{dismiss_unused, start_early};
+use handle::Handle;
 pub use process::main;
 
 /// argv[1] that turns leaderrun into its own watchdog.
@@ -42,45 +50,32 @@ pub const ARG: &str = "__watchdog";
 /// the lease is released.
 const GOODBYE_WAIT: Duration = Duration::from_secs(5);
 
-/// The wrapper's end: the pipe, and the watchdog process (reaped on tokio, so that
-/// waiting for it never blocks the runtime).
+/// The wrapper's end: the pipe, and the watchdog process (reaped here, waiting on
+/// SIGCHLD through tokio, so that waiting for it never blocks the runtime).
 pub struct Watchdog {
     pipe: Option<File>,
-    process: tokio::process::Child,
+    process: Handle,
 }
 
 impl Watchdog {
-    /// Start a watchdog with `deadline` (CLOCK_BOOTTIME), guarding `cgroup` if given.
+    /// Start a watchdog with `deadline` (CLOCK_BOOTTIME), guarding `cgroup` if given: the
+    /// one forked at start-up if it is still unclaimed, else a new one (re-executed: see
+    /// `early.rs` for why a threaded process does not fork one).
     pub fn spawn(
         stop: Signal,
         kill_after: Duration,
         deadline: Duration,
         cgroup: Option<&Path>,
     ) -> std::io::Result<Self> {
-        use nix::unistd::pipe2;
-        // Close-on-exec: neither the child's program nor a later watchdog may hold a copy,
-        // or the watchdog would never see the end of the pipe when leaderrun dies.
-        let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC)?;
-        // Never block the wrapper on a stopped watchdog: a message that does not fit
-        // is dropped, which can only make the watchdog act earlier, never later.
-        let flags = OFlag::from_bits_truncate(fcntl(&write_end, FcntlArg::F_GETFL)?) | OFlag::O_NONBLOCK;
-        fcntl(&write_end, FcntlArg::F_SETFL(flags))?;
-        let process = {
-            let mut command = tokio::process::Command::new("/proc/self/exe");
-            command.arg0("leaderrun").arg(ARG).arg((stop as i32).to_string()).arg(kill_after.as_nanos().to_string());
-            if let Some(dir) = cgroup {
-                command.arg(dir);
-            }
-            command
-                .process_group(0)
-                .stdin(Stdio::from(read_end))
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .kill_on_drop(false);
-            command.spawn()?
-            // The command, and leaderrun's copy of the read end with it, is dropped here.
+        let (pid, write_end) = match early::take() {
+            Some(early) => (early.pid, early.pipe),
+            None => reexecute()?,
         };
-        let mut watchdog = Self { pipe: Some(File::from(write_end)), process };
+        let mut watchdog = Self { pipe: Some(File::from(write_end)), process: Handle::new(pid) };
+        watchdog.send(&format!("S {} {}", stop as i32, kill_after.as_nanos()));
+        if let Some(dir) = cgroup {
+            watchdog.send(&format!("C {}", hex(dir.as_os_str().as_bytes())));
+        }
         watchdog.extend(deadline);
         Ok(watchdog)
     }
@@ -91,7 +86,7 @@ impl Watchdog {
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.process.id()
+        u32::try_from(self.process.pid().as_raw()).ok()
     }
 
     /// The child's process group to guard.
@@ -104,9 +99,9 @@ impl Watchdog {
         self.send(&format!("D {}", deadline.as_nanos()));
     }
 
-    /// Resolves when the watchdog process has exited. Cancel-safe (tokio's `wait` is).
+    /// Resolves when the watchdog process has exited. Cancel-safe.
     pub async fn exited(&mut self) -> std::io::Result<ExitStatus> {
-        self.process.wait().await
+        self.process.exited().await
     }
 
     /// The child is gone: say goodbye, and return once the watchdog has exited. A
@@ -115,10 +110,10 @@ impl Watchdog {
     pub async fn finish(mut self) {
         self.send("X");
         self.pipe = None;
-        if tokio::time::timeout(GOODBYE_WAIT, self.process.wait()).await.is_err() {
+        if tokio::time::timeout(GOODBYE_WAIT, self.process.exited()).await.is_err() {
             tracing::warn!("the watchdog did not exit after the goodbye; killing it");
-            let _ = self.process.start_kill();
-            let _ = self.process.wait().await;
+            self.process.kill();
+            let _ = self.process.exited().await;
         }
     }
 
@@ -129,6 +124,34 @@ impl Watchdog {
             }
         }
     }
+}
+
+/// A new watchdog from the threaded wrapper: `leaderrun __watchdog`, the pipe on its stdin.
+fn reexecute() -> std::io::Result<(Pid, OwnedFd)> {
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    nonblocking(&write_end)?;
+    let child = std::process::Command::new("/proc/self/exe")
+        .arg0("leaderrun")
+        .arg(ARG)
+        .process_group(0)
+        .stdin(Stdio::from(read_end))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    // Dropping std's Child neither kills nor reaps it: `Handle` does the reaping.
+    Ok((Pid::from_raw(child.id() as i32), write_end))
+}
+
+/// Never block the wrapper on a stopped watchdog: a message that does not fit is
+/// dropped, which can only make the watchdog act earlier, never later.
+fn nonblocking(fd: &impl AsFd) -> nix::Result<()> {
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?) | OFlag::O_NONBLOCK;
+    fcntl(fd, FcntlArg::F_SETFL(flags)).map(drop)
+}
+
+/// A path as hex digits: one word on a line, whatever bytes it holds.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Tell the watchdog "P <own pid>" from a just-forked child, before it executes its

@@ -795,3 +795,25 @@ async fn a_timeout_during_the_cool_down_gives_the_lease_back_as_a_conflict() {
     assert!(child.events().is_empty());
     assert_eq!(s.store.expiry(LOCK), None, "the lease was given back");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_reads_a_held_lease_again_when_it_would_expire_not_every_second() {
+    // The memory store announces releases but not expiry (as PostgreSQL's NOTIFY): the
+    // waiter re-reads when the lease it saw would lapse, and only then.
+    let mut s = setup();
+    s.store.steal(LOCK, "crashed", secs(10.0));
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(_)), "{outcome:?}");
+    let acquires: Vec<Duration> = s
+        .store
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, what)| what.starts_with("acquire"))
+        .map(|(at, _)| *at)
+        .collect();
+    assert_eq!(acquires.len(), 2, "one read at the start, one at the expiry: {acquires:?}");
+    assert!(acquires[1] >= secs(10.0) && acquires[1] <= secs(10.1), "{acquires:?}");
+}

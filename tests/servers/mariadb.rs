@@ -142,6 +142,30 @@ impl Mariadb {
         assert!(out.status.success(), "mariadb -e {sql:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     }
 
+    /// Run one query as root over the socket; its answer as tab-separated text, no headers.
+    pub fn root_query(&self, sql: &str) -> String {
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.file("sock").display()))
+            .args(["-uroot", "--batch", "--skip-column-names", "-e", sql])
+            .output()
+            .expect("run the mariadb client");
+        assert!(out.status.success(), "mariadb -e {sql:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// How many sessions are blocked in GET_LOCK.
+    pub fn blocked_on_user_locks(&self) -> usize {
+        self.root_query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'")
+            .parse()
+            .unwrap()
+    }
+
+    /// How many sessions the `leaderrun` user has open.
+    pub fn leaderrun_sessions(&self) -> usize {
+        self.root_query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'leaderrun'").parse().unwrap()
+    }
+
     fn ping(&self) -> bool {
         Command::new("mariadb-admin")
             .arg("--no-defaults")

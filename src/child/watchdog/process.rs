@@ -1,8 +1,10 @@
-//! The watchdog process itself: `leaderrun __watchdog SIGNAL KILL_AFTER_NS [CGROUP_DIR]`,
-//! with leaderrun's pipe on its stdin. It runs no tokio runtime: one poll loop over the
-//! pipe and a CLOCK_BOOTTIME timer.
+//! The watchdog process itself, forked at start-up or re-executed as `leaderrun
+//! __watchdog`, with leaderrun's pipe on its stdin. It runs no tokio runtime: one poll
+//! loop over the pipe and a CLOCK_BOOTTIME timer.
 
+use std::ffi::OsString;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -41,6 +43,11 @@ enum Heard {
 }
 
 impl Guard {
+    /// A guard of nothing yet: leaderrun's first lines say what to guard, and how.
+    fn waiting() -> Self {
+        Self::new(Signal::SIGTERM, Duration::ZERO, None)
+    }
+
     fn new(stop: Signal, kill_after: Duration, cgroup: Option<Cgroup>) -> Self {
         Self {
             stop,
@@ -53,11 +60,26 @@ impl Guard {
         }
     }
 
-    /// `P <pgid>`: the group to guard (0 and 1 are never one, and are ignored);
-    /// `D <ns>`: the deadline on CLOCK_BOOTTIME; `X`: goodbye.
+    /// `S <signal> <ns>`: the stop signal and kill_after; `C <hex>`: the cgroup's
+    /// directory, its bytes in hex; `P <pgid>`: the group to guard (0 and 1 are never one,
+    /// and are ignored); `D <ns>`: the deadline on CLOCK_BOOTTIME; `X`: goodbye.
     fn hear(&mut self, line: &str) -> Heard {
         let mut words = line.split_whitespace();
-        match (words.next(), words.next().and_then(|w| w.parse::<u64>().ok())) {
+        let first = words.next();
+        if first == Some("C") {
+            if let Some(dir) = words.next().and_then(unhex) {
+                self.tree.cgroup = Some(Cgroup::at(PathBuf::from(OsString::from_vec(dir))));
+            }
+            return Heard::Nothing;
+        }
+        match (first, words.next().and_then(|w| w.parse::<u64>().ok())) {
+            (Some("S"), Some(signal)) => {
+                let stop = i32::try_from(signal).ok().and_then(|s| Signal::try_from(s).ok());
+                if let (Some(stop), Some(ns)) = (stop, words.next().and_then(|w| w.parse::<u64>().ok())) {
+                    self.stop = stop;
+                    self.kill_after = Duration::from_nanos(ns);
+                }
+            }
             (Some("P"), Some(pgid)) => {
                 if let Some(group) = i32::try_from(pgid).ok().map(Pid::from_raw).and_then(ProcessGroup::new) {
                     self.tree.group = Some(group);
@@ -146,19 +168,32 @@ fn catch_stray_signals() -> std::io::Result<Arc<AtomicUsize>> {
     Ok(last)
 }
 
+/// The bytes written as hex digits by the wrapper (`hex` in watchdog.rs).
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digits = text.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return None;
+    }
+    digits.chunks(2).map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()).collect()
+}
+
 /// Whether the pipe has something (data or its end) to read now.
 fn readable_now(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
-/// The watchdog's main: `leaderrun __watchdog SIGNAL KILL_AFTER_NS [CGROUP_DIR]`.
+/// `leaderrun __watchdog`: a replacement, started by a threaded wrapper.
 pub fn main(args: &[String]) -> u8 {
-    let parse = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok());
-    let (Some(stop), Some(kill_after)) = (parse(0), parse(1)) else {
+    if !args.is_empty() {
         eprintln!("leaderrun: __watchdog is internal to leaderrun");
         return crate::exit::USAGE;
-    };
+    }
+    serve()
+}
+
+/// The watchdog's loop, until the goodbye or the end of the pipe on stdin.
+pub fn serve() -> u8 {
     let stray = match catch_stray_signals() {
         Ok(stray) => stray,
         Err(err) => {
@@ -173,9 +208,7 @@ pub fn main(args: &[String]) -> u8 {
             return crate::exit::INTERNAL;
         }
     };
-    let stop = i32::try_from(stop).ok().and_then(|s| Signal::try_from(s).ok()).unwrap_or(Signal::SIGTERM);
-    let cgroup = args.get(2).map(|dir| Cgroup::at(PathBuf::from(dir)));
-    let mut guard = Guard::new(stop, Duration::from_nanos(kill_after), cgroup);
+    let mut guard = Guard::waiting();
     let stdin = std::io::stdin();
     let mut pending: Vec<u8> = Vec::new();
     let mut chunk = [0u8; 512];
@@ -278,6 +311,21 @@ mod tests {
         assert_eq!(guard.next_wake(), Some(Duration::ZERO), "deadline < kill_after: stop at once");
         guard.hear("D 20000000000\n");
         assert_eq!(guard.next_wake(), Some(19 * SECOND));
+    }
+
+    #[test]
+    fn the_first_lines_say_the_stop_signal_the_grace_and_the_cgroup() {
+        let mut guard = Guard::waiting();
+        assert_eq!(guard.hear("S 2 3000000000\n"), Heard::Nothing);
+        assert_eq!((guard.stop, guard.kill_after), (Signal::SIGINT, 3 * SECOND));
+        guard.hear("S 999 5\n");
+        assert_eq!((guard.stop, guard.kill_after), (Signal::SIGINT, 3 * SECOND), "no such signal: unchanged");
+        guard.hear(&format!("C {}\n", super::super::hex(b"/sys/fs/cgroup/a b\n")));
+        assert_eq!(guard.tree.cgroup, Some(Cgroup::at(PathBuf::from("/sys/fs/cgroup/a b\n"))), "any bytes");
+        guard.hear("C 2f7\n");
+        assert!(guard.tree.cgroup.is_some(), "a malformed line changes nothing");
+        guard.hear("D 10000000000\n");
+        assert_eq!(guard.next_wake(), Some(7 * SECOND), "deadline − kill_after");
     }
 
     #[test]

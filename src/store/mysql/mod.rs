@@ -35,10 +35,16 @@
 //! - Deadlocks (1213) and lock wait timeouts (1205) undo the whole statement and are
 //!   retried here a few times; a pool of a few connections reconnects after a server
 //!   restart, so a holder rides out a short outage.
-//! - No change notification exists: `changed` polls one primary-key read, with jitter.
+//! - Wake-ups come from a user-level lock (`GET_LOCK`) the holder keeps beside its lease
+//!   and waiters block on (see [`hint`]); only a hint, the table decides.
+//! - Connections: a one-shot run uses one (the table check, the acquire and the release
+//!   share it); a holder keeps the one its acquire won on (it holds the user lock) and renews
+//!   on the pool's; a standby keeps one, blocked in `GET_LOCK`.
 //!
 //! The password never appears in a message: every message names the store by
 //! `url::redact`, and anything that might echo it is scrubbed.
+
+pub mod hint;
 
 use std::future::Future;
 use std::str::FromStr;
@@ -55,9 +61,10 @@ use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreEr
 /// The table used unless the URL says `?table=`.
 pub const DEFAULT_TABLE: &str = "leaderrun_locks";
 
-/// How often a waiting process re-reads a held lock (±50 % jitter): one cheap
-/// primary-key read per waiter, so a fleet of standbys stays light on the server.
-const POLL: Duration = Duration::from_millis(100);
+/// How often a waiter that holds the user lock, while someone else holds the lease without
+/// it, re-reads the lock (±50 % jitter): it is the only one re-reading, the others stay
+/// blocked behind its user lock.
+const POLL: Duration = Duration::from_secs(1);
 
 /// Longest wait for a connection (the pool keeps retrying a refused one meanwhile, which
 /// covers a server restart).
@@ -166,7 +173,11 @@ fn connect_options(url: &str) -> std::result::Result<MySqlConnectOptions, String
     let options = MySqlConnectOptions::from_str(&format!("mysql://{base}{query}"))
         // sqlx's parse errors do not echo the URL; ours are scrubbed again anyway.
         .map_err(|e| format!("not a valid MySQL URL: {e}"))?;
-    Ok(options.log_statements(tracing::log::LevelFilter::Trace))
+    // A wait in GET_LOCK is slow by design: sqlx's slow-statement warning would print on
+    // every wait.
+    Ok(options
+        .log_statements(tracing::log::LevelFilter::Trace)
+        .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(1)))
 }
 
 /// The password as written in the URL and as decoded, to scrub from any message.
@@ -199,6 +210,8 @@ pub struct MySqlStore {
     shown: String,
     /// What to scrub from any message.
     secrets: Vec<String>,
+    /// The user locks that wake waiters.
+    hints: hint::Hints,
 }
 
 impl MySqlStore {
@@ -212,7 +225,8 @@ impl MySqlStore {
             .max_connections(3)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(options.clone());
-        let store = Self { pool, options, table: format!("`{table}`"), shown, secrets };
+        let hints = hint::Hints::new(options.clone(), pool.clone(), &table);
+        let store = Self { pool, options, table: format!("`{table}`"), shown, secrets, hints };
         let (store_ref, table) = (&store, &table);
         store
             .call("open", move || async move {
@@ -226,10 +240,18 @@ impl MySqlStore {
                     Err(err) if no_table(&err) => {} // no table, no locks: status and list say so
                     other => other.map(drop)?,
                 }
+                // Kept out of the pool for the acquire that follows (the pool would first ping
+                // it on its way back, and an acquire meanwhile would open a second connection).
+                store.hints.spare(hint::Conn::Own(conn.detach()));
                 Ok(())
             })
             .await?;
         Ok(store)
+    }
+
+    /// The table's name, unquoted.
+    fn bare_table(&self) -> &str {
+        self.table.trim_matches('`')
     }
 
     /// A statement with `{t}` replaced by the quoted table name.
@@ -322,6 +344,30 @@ impl MySqlStore {
             .fetch_optional(conn)
             .await?;
         row.map(|row| record_from(lock.to_string(), &row)).transpose()
+    }
+
+    /// Give a lease up: keep it taken until acquired_at + keep if that is still ahead, else
+    /// free it. (MySQL assigns left to right; neither expression reads a column set before it.)
+    fn release_query<'q>(
+        &self,
+        lease: &'q Lease,
+        keep: Duration,
+    ) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+        sqlx::query(self.sql(
+            "UPDATE {t} SET
+                    expires_at = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6),
+                                    acquired_at + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6)),
+                    holder = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), holder, NULL),
+                    kept = acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6)
+                 WHERE name = ? AND token = ? AND holder = ?",
+        ))
+        .bind(micros(keep))
+        .bind(micros(keep))
+        .bind(micros(keep))
+        .bind(micros(keep))
+        .bind(lease.lock.as_bytes())
+        .bind(lease.token)
+        .bind(lease.identity.as_str())
     }
 }
 
@@ -424,18 +470,24 @@ fn describe(err: &sqlx::Error) -> String {
 #[async_trait]
 impl Store for MySqlStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        let take = &self.sql(
-            "UPDATE {t} SET holder = ?, token = LAST_INSERT_ID(token + 1), acquired_at = UTC_TIMESTAMP(6),
-                expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, revoked = 0, kept = 0
+        // The winner also asks for the user lock (without waiting) in the same statement: SET is
+        // evaluated only on the row it takes, so a loser never does. `kept` is 0 whatever the
+        // answer; whether it got the user lock is only a hint.
+        let take = &self.sql(&format!(
+            "UPDATE {{t}} SET holder = ?, token = LAST_INSERT_ID(token + 1), acquired_at = UTC_TIMESTAMP(6),
+                expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, revoked = 0,
+                kept = IF(GET_LOCK({}, 0) IS NULL, 0, 0)
              WHERE name = ? AND (holder IS NULL OR expires_at <= UTC_TIMESTAMP(6))",
-        );
+            hint::name_sql(self.bare_table())
+        ));
+        let get_lock = &self.sql(&format!("DO GET_LOCK({}, 0)", hint::name_sql(self.bare_table())));
         let create = &self.sql(
             "INSERT INTO {t} (name, holder, token, acquired_at, expires_at, revoked)
              VALUES (?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 0)",
         );
         self.call("acquire", move || async move {
             let won = |token| Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token });
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = self.hints.connection_for_acquire().await?;
             let mut last = LockRecord::free(lock);
             for _ in 0..ACQUIRE_ROUNDS {
                 // Free, released or expired: take it. The affected-row count is the verdict,
@@ -444,13 +496,19 @@ impl Store for MySqlStore {
                     .bind(identity)
                     .bind(micros(ttl))
                     .bind(lock.as_bytes())
-                    .execute(&mut *conn)
+                    .bind(lock.as_bytes())
+                    .execute(conn.conn())
                     .await?;
                 if done.rows_affected() == 1 {
+                    // The connection that holds the user lock leaves the pool with the lease.
+                    self.hints.won(lock, Some(conn.detach()));
                     return Ok(won(done.last_insert_id()));
                 }
-                match self.read(&mut conn, lock).await? {
-                    Some(record) if record.is_held() => return Ok(Acquire::Held(record)),
+                match self.read(conn.conn(), lock).await? {
+                    Some(record) if record.is_held() => {
+                        self.hints.spare(conn);
+                        return Ok(Acquire::Held(record));
+                    }
                     // Freed or lapsed since the update looked: try again.
                     Some(record) => last = record,
                     // A name never seen: exactly one racer's insert succeeds.
@@ -458,10 +516,21 @@ impl Store for MySqlStore {
                         .bind(lock.as_bytes())
                         .bind(identity)
                         .bind(micros(ttl))
-                        .execute(&mut *conn)
+                        .execute(conn.conn())
                         .await
                     {
-                        Ok(_) => return Ok(won(1)),
+                        Ok(_) => {
+                            // A lock name's first acquisition only: one more statement.
+                            let hinted = sqlx::query(AssertSqlSafe(get_lock.0.as_str()))
+                                .bind(lock.as_bytes())
+                                .execute(conn.conn())
+                                .await;
+                            if let Err(err) = hinted {
+                                tracing::debug!("cannot take the user lock: {err}");
+                            }
+                            self.hints.won(lock, Some(conn.detach()));
+                            return Ok(won(1));
+                        }
                         Err(err) if duplicate(&err) => {}
                         Err(err) => return Err(err),
                     },
@@ -498,29 +567,42 @@ impl Store for MySqlStore {
     }
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
-        self.call("release", move || async move {
-            // Keep it taken until acquired_at + keep if that is still ahead, else free it.
-            // (MySQL assigns left to right; neither expression reads a column set before it.)
-            sqlx::query(self.sql(
-                "UPDATE {t} SET
-                    expires_at = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6),
-                                    acquired_at + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6)),
-                    holder = IF(acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), holder, NULL),
-                    kept = acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6)
-                 WHERE name = ? AND token = ? AND holder = ?",
-            ))
-            .bind(micros(keep))
-            .bind(micros(keep))
-            .bind(micros(keep))
-            .bind(micros(keep))
-            .bind(lease.lock.as_bytes())
-            .bind(lease.token)
-            .bind(&lease.identity)
-            .execute(&self.pool)
-            .await?;
-            Ok(())
-        })
-        .await
+        // Written on the lease's own connection (no new connection for a one-shot run), and
+        // only then is that connection closed: a waiter the user lock wakes must find the
+        // lease already free.
+        let slot = &tokio::sync::Mutex::new(self.hints.take(&lease.lock));
+        let result = self
+            .call("release", move || async move {
+                let mut conns = slot.lock().await;
+                if let Some(conn) = conns.first_mut() {
+                    match self.release_query(lease, keep).execute(conn).await {
+                        Ok(_) => return Ok(()),
+                        Err(err) if kind_of(&err) == ErrorKind::Refused => return Err(err),
+                        // That connection is broken: the pool's will do.
+                        Err(_) => drop(conns.remove(0)),
+                    }
+                }
+                self.release_query(lease, keep).execute(&self.pool).await.map(drop)
+            })
+            .await;
+        hint::close(slot.lock().await.drain(..).collect()).await;
+        result
+    }
+
+    fn sees_expiry(&self) -> bool {
+        // A holder's user lock outlives its lease when the holder is cut off (its session
+        // lingers on the server): the elector must re-read at the lease's expiry.
+        false
+    }
+
+    async fn changed(&self, lock: &str, max_wait: Duration) {
+        if self.hints.is_woken(lock) {
+            // This waiter holds the user lock, yet someone holds the lease without it (it won
+            // while the user lock was ours, or runs a leaderrun from before the hint): re-read
+            // now and then, while every other waiter stays blocked behind our user lock.
+            return super::poll_until_free(self, lock, max_wait, POLL).await;
+        }
+        self.hints.wait(lock, max_wait).await;
     }
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
@@ -584,15 +666,6 @@ impl Store for MySqlStore {
             }
         })
         .await
-    }
-
-    fn sees_expiry(&self) -> bool {
-        // `changed` polls the record, which reads as free once expired.
-        true
-    }
-
-    async fn changed(&self, lock: &str, max_wait: Duration) {
-        super::poll_until_free(self, lock, max_wait, POLL).await
     }
 }
 
