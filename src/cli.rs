@@ -95,7 +95,8 @@ pub const STORES: &[(&str, &str)] = &[
         "The embedded default: one file, one host, any number of processes. Each step is one SQL statement under \
          SQLite's write lock; expiry is judged on CLOCK_BOOTTIME and a lease from before a reboot is void, which \
          needs the kernel's boot id (/proc/sys/kernel/random/boot_id): without it the store is refused (69). An \
-         acquisition is synced to disk before it counts, so a power loss cannot repeat a fencing token. Never put \
+         acquisition is synced to disk before it counts, so a power loss cannot repeat a fencing token. Waiters \
+         queue in the kernel on FILE-wake beside it instead of polling. Never put \
          the file on a network filesystem. Deleting the file under a holder frees its lock and restarts tokens.",
     ),
     (
