@@ -54,6 +54,9 @@ async fn choria_sees_a_leaderrun_holder_and_leaderrun_sees_a_choria_leader() {
     let choria = nt.server.choria_bucket_with_max_age(CHORIA_MAX_AGE).await;
     let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
     let store = open_url(&url, Access::Create).await.unwrap();
+    // Choria's bucket removes an expired entry silently (a max age, no markers): a standby
+    // cannot rely on its watch to hear of an expiry.
+    assert!(!store.sees_expiry());
 
     // leaderrun holds my_app (won as Choria wins: confirmed after the cool-down): Choria's tools
     // show it as the leader, its campaigners lose.
@@ -440,4 +443,22 @@ async fn a_standby_takes_over_when_a_dead_holders_entry_expires() {
         .expect("the expiry wakes the standby");
     let second = won(&*b, &lock, "b", TTL).await;
     assert!(second.token > first.token);
+}
+
+/// A one-shot run's release expects the message its acquire wrote: one request, no read.
+#[tokio::test]
+async fn a_release_of_an_unchanged_lease_is_one_request() {
+    let (requests, _counting) = count_requests();
+    let nt = nt().await;
+    let (a, b) = (nt.open().await, nt.open().await);
+    let lock = unique("one-shot");
+    let before = requests.count();
+    let lease = won(&*a, &lock, "a", TTL).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    assert_eq!(requests.count() - before, 3, "read, write, delete");
+    // A revoked lease has changed under its holder: the release reads, then frees it.
+    let lease = won(&*a, &lock, "a", TTL).await;
+    assert!(b.revoke(&lock).await.unwrap().is_some());
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    assert!(!b.status(&lock).await.unwrap().is_held());
 }

@@ -37,8 +37,8 @@
 //! - revoke: republish it with `Leaderrun-Revoked: 1`, the same value and the same TTL;
 //!   nothing is freed. (This may extend the expiry by up to one ttl: the safe direction.) An
 //!   entry marked `Leaderrun-Kept` (its child has exited) is deleted instead: free at once.
-//! - release: a KV delete (`KV-Operation: DEL`) expecting the message read; a waiter's watch
-//!   sees it at once. With --min-hold it republishes the entry with a TTL of the time left and
+//! - release: a KV delete (`KV-Operation: DEL`) expecting the message this client last wrote
+//!   for the lease (one request), or else the message read; a waiter's watch sees it at once. With --min-hold it republishes the entry with a TTL of the time left and
 //!   `Leaderrun-Kept: 1`; nobody renews such an entry.
 //! - changed: a KV watch on the key, opened before a read, so a release between the two is
 //!   not missed; it returns on a delete, purge or expiry marker, or at the caller's bound. The
@@ -635,6 +635,34 @@ impl NatsStore {
         Err(self.error(why))
     }
 
+    /// Free the lease's entry (or keep it for what is left of `keep`, for --min-hold) if the
+    /// key's last message is still `seq`; false if it is not.
+    async fn release_at(
+        &self,
+        bucket: &Bucket,
+        lease: &Lease,
+        keep: Duration,
+        seq: u64,
+        acquired_ms: u64,
+        revoked: bool,
+    ) -> Result<bool> {
+        let left = Duration::from_millis(acquired_ms.saturating_add(keep.as_millis() as u64).saturating_sub(now_ms()));
+        let done = if !keep.is_zero() && !left.is_zero() {
+            // --min-hold: the entry stays, with a TTL of the time left; the holder no
+            // longer renews.
+            let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired_ms, Some(left));
+            headers.insert(KEPT, "1");
+            headers.insert(KEPT_MS, (left.as_millis() as u64).to_string());
+            if revoked {
+                headers.insert(REVOKED, "1");
+            }
+            self.publish("release", &lease.lock, seq, headers, &lease.identity).await?
+        } else {
+            self.publish("release", &lease.lock, seq, Self::delete_headers(lease.token), "").await?
+        };
+        Ok(done.is_some())
+    }
+
     /// A waiting campaign is over (this store holds the lock now): close the watch.
     fn stop_watching(&self) {
         if let Ok(mut slot) = self.watching.try_lock() {
@@ -710,7 +738,15 @@ impl Store for NatsStore {
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
         let bucket = self.bucket_for_write().await?;
+        let cached = self.written.lock().unwrap().get(&lease_key(lease)).copied();
         self.remember(lease, None);
+        // Expecting the message this client last wrote for the lease: if it is still the key's
+        // last, the record is exactly that (this holder's, unrevoked), and one request frees it.
+        if let Some(last) = cached {
+            if self.release_at(bucket, lease, keep, last.seq, last.acquired_ms, false).await? {
+                return Ok(());
+            }
+        }
         for _ in 0..MAX_RACES {
             let Some(entry) = self.read(bucket, &lease.lock).await? else {
                 return Ok(());
@@ -719,21 +755,7 @@ impl Store for NatsStore {
                 return Ok(());
             }
             let acquired = entry.acquired_ms.unwrap_or_else(now_ms);
-            let left = Duration::from_millis(acquired.saturating_add(keep.as_millis() as u64).saturating_sub(now_ms()));
-            let done = if !keep.is_zero() && !left.is_zero() {
-                // --min-hold: the entry stays, with a TTL of the time left; the holder no
-                // longer renews.
-                let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired, Some(left));
-                headers.insert(KEPT, "1");
-                headers.insert(KEPT_MS, (left.as_millis() as u64).to_string());
-                if entry.revoked {
-                    headers.insert(REVOKED, "1");
-                }
-                self.publish("release", &lease.lock, entry.seq, headers, &lease.identity).await?
-            } else {
-                self.publish("release", &lease.lock, entry.seq, Self::delete_headers(lease.token), "").await?
-            };
-            if done.is_some() {
+            if self.release_at(bucket, lease, keep, entry.seq, acquired, entry.revoked).await? {
                 return Ok(());
             }
         }
