@@ -318,10 +318,13 @@ impl Sql {
 
 pub struct PostgresStore {
     pool: PgPool,
-    /// The connection `open` made, kept for the first call. Given back to the pool instead, it
-    /// would still be busy being returned when a one-shot run's acquire asks for one at once,
-    /// and the pool would open a second connection (a second server backend to start).
-    first: std::sync::Mutex<Option<PoolConnection<Postgres>>>,
+    /// The connection the lease calls use, kept here between calls (the elector makes one
+    /// at a time). Given back to the pool after each call, it would still be busy being
+    /// returned (a round trip) when a one-shot run's next call asks for one at once, and the
+    /// pool would open a second connection, a second server backend to start. The pool only
+    /// makes a new one when this is empty: at first, and after a call that failed or was
+    /// cancelled (its connection may be in any state; see `Conn`).
+    slot: tokio::sync::Mutex<Option<PoolConnection<Postgres>>>,
     /// A pool of one for the LISTEN connection, kept apart so waiting never takes a
     /// connection the lease calls need.
     listen_pool: PgPool,
@@ -358,7 +361,7 @@ impl PostgresStore {
             .connect_lazy_with(options.clone());
         let mut store = Self {
             pool,
-            first: std::sync::Mutex::new(None),
+            slot: tokio::sync::Mutex::new(None),
             listen_pool,
             listener: Mutex::new(None),
             sql: Sql::new(table),
@@ -374,7 +377,7 @@ impl PostgresStore {
         if access == Access::Create {
             store.create_table(&mut conn, table).await?;
         }
-        store.first = std::sync::Mutex::new(Some(conn));
+        store.slot = tokio::sync::Mutex::new(Some(conn));
         Ok(store)
     }
 
@@ -469,14 +472,15 @@ impl PostgresStore {
         self.existing_only && sqlstate(err).as_deref() == Some("42P01")
     }
 
-    async fn conn(&self, op: &'static str) -> Result<PoolConnection<Postgres>> {
+    /// The store's connection, made now if there is none.
+    async fn conn(&self, op: &'static str) -> Result<Conn<'_>> {
         // One line per request at -vvv: the benchmarks count them.
         tracing::trace!(op, "store request");
-        let first = self.first.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        match first {
-            Some(conn) => Ok(conn),
-            None => self.pool.acquire().await.map_err(|e| self.error(e)),
+        let mut slot = self.slot.lock().await;
+        if slot.is_none() {
+            *slot = Some(self.pool.acquire().await.map_err(|e| self.error(e))?);
         }
+        Ok(Conn { slot, kept: false })
     }
 
     async fn listen(&self) -> std::result::Result<PgListener, sqlx::Error> {
@@ -485,6 +489,41 @@ impl PostgresStore {
         listener.eager_reconnect(false);
         listener.listen(CHANNEL).await?;
         Ok(listener)
+    }
+}
+
+/// The store's connection for one call. Unless the call says it ended well (`done`), the
+/// connection is dropped when this is: a call that failed may have lost it, and one that was
+/// cancelled (the elector's timeout) may have left a statement half sent or unread.
+struct Conn<'a> {
+    slot: tokio::sync::MutexGuard<'a, Option<PoolConnection<Postgres>>>,
+    kept: bool,
+}
+
+impl Conn<'_> {
+    fn done(mut self, ok: bool) {
+        self.kept = ok;
+    }
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = sqlx::PgConnection;
+    fn deref(&self) -> &Self::Target {
+        self.slot.as_ref().expect("a connection is in the slot while a call holds it")
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.slot.as_mut().expect("a connection is in the slot while a call holds it")
+    }
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.slot.take();
+        }
     }
 }
 
@@ -564,10 +603,15 @@ fn micros(d: Duration) -> i64 {
     d.as_micros().min(i64::MAX as u128) as i64
 }
 
-#[async_trait]
-impl Store for PostgresStore {
-    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        let mut conn = self.conn("acquire").await?;
+/// The calls themselves, on the store's connection (`Store` below takes and keeps it).
+impl PostgresStore {
+    async fn acquire_on(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        lock: &str,
+        identity: &str,
+        ttl: Duration,
+    ) -> Result<Acquire> {
         let mut won = Err(sqlx::Error::PoolClosed);
         for _ in 0..3 {
             won = self
@@ -576,10 +620,10 @@ impl Store for PostgresStore {
                 .await
                 .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose());
             match &won {
-                Err(err) if no_kept_column(err) => self.add_kept_column(&mut conn).await?,
+                Err(err) if no_kept_column(err) => self.add_kept_column(&mut *conn).await?,
                 // Dropped since this store opened (or never made): a run makes it again.
                 Err(err) if !self.existing_only && sqlstate(err).as_deref() == Some("42P01") => {
-                    self.create_table(&mut conn, &self.table).await?
+                    self.create_table(&mut *conn, &self.table).await?
                 }
                 _ => break,
             }
@@ -592,14 +636,13 @@ impl Store for PostgresStore {
                 }
                 Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
             }
-            Ok(None) => Ok(Acquire::Held(self.read(&mut conn, lock).await?)),
+            Ok(None) => Ok(Acquire::Held(self.read(&mut *conn, lock).await?)),
             Err(err) if self.no_table(&err) => Ok(Acquire::Held(LockRecord::free(lock))),
             Err(err) => Err(self.error(err)),
         }
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
-        let mut conn = self.conn("renew").await?;
+    async fn renew_on(&self, conn: &mut sqlx::PgConnection, lease: &Lease, ttl: Duration) -> Result<Renew> {
         let values = [
             Value::Int(micros(ttl)),
             Value::Text(&lease.lock),
@@ -609,14 +652,13 @@ impl Store for PostgresStore {
         let done = self.statement(&self.sql.renew, &values)?.execute(&mut *conn).await;
         match done {
             Ok(done) if done.rows_affected() == 1 => Ok(Renew::Renewed),
-            Ok(_) => Ok(Renew::Lost(Some(self.read(&mut conn, &lease.lock).await?))),
+            Ok(_) => Ok(Renew::Lost(Some(self.read(&mut *conn, &lease.lock).await?))),
             Err(err) if self.no_table(&err) => Ok(Renew::Lost(None)),
             Err(err) => Err(self.error(err)),
         }
     }
 
-    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
-        let mut conn = self.conn("release").await?;
+    async fn release_on(&self, conn: &mut sqlx::PgConnection, lease: &Lease, keep: Duration) -> Result<()> {
         let mut done = Err(sqlx::Error::PoolClosed);
         for _ in 0..2 {
             let values = [
@@ -627,7 +669,7 @@ impl Store for PostgresStore {
             ];
             done = self.statement(&self.sql.release, &values)?.execute(&mut *conn).await;
             match &done {
-                Err(err) if no_kept_column(err) => self.add_kept_column(&mut conn).await?,
+                Err(err) if no_kept_column(err) => self.add_kept_column(&mut *conn).await?,
                 _ => break,
             }
         }
@@ -638,13 +680,11 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn status(&self, lock: &str) -> Result<LockRecord> {
-        let mut conn = self.conn("status").await?;
-        self.read(&mut conn, lock).await
+    async fn status_on(&self, conn: &mut sqlx::PgConnection, lock: &str) -> Result<LockRecord> {
+        self.read(&mut *conn, lock).await
     }
 
-    async fn list(&self) -> Result<Vec<LockRecord>> {
-        let mut conn = self.conn("list").await?;
+    async fn list_on(&self, conn: &mut sqlx::PgConnection) -> Result<Vec<LockRecord>> {
         match self.statement(&self.sql.list, &[])?.fetch_all(&mut *conn).await {
             Ok(rows) => Ok(rows.iter().map(record_from).collect()),
             Err(err) if self.no_table(&err) => Ok(Vec::new()),
@@ -652,17 +692,16 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
-        let mut conn = self.conn("revoke").await?;
+    async fn revoke_on(&self, conn: &mut sqlx::PgConnection, lock: &str) -> Result<Option<LockRecord>> {
         loop {
-            let before = self.read(&mut conn, lock).await?;
+            let before = self.read(&mut *conn, lock).await?;
             if !before.is_held() {
                 return Ok(None);
             }
             let values = [Value::Text(lock), Value::Int(before.token as i64)];
             let done = match self.statement(&self.sql.revoke, &values)?.fetch_all(&mut *conn).await {
                 Err(err) if no_kept_column(&err) => {
-                    self.add_kept_column(&mut conn).await?;
+                    self.add_kept_column(&mut *conn).await?;
                     continue;
                 }
                 done => done.map_err(|e| self.error(e))?,
@@ -671,6 +710,51 @@ impl Store for PostgresStore {
                 return Ok(Some(before));
             }
         }
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        let mut conn = self.conn("acquire").await?;
+        let result = self.acquire_on(&mut conn, lock, identity, ttl).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        let mut conn = self.conn("renew").await?;
+        let result = self.renew_on(&mut conn, lease, ttl).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        let mut conn = self.conn("release").await?;
+        let result = self.release_on(&mut conn, lease, keep).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockRecord> {
+        let mut conn = self.conn("status").await?;
+        let result = self.status_on(&mut conn, lock).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn list(&self) -> Result<Vec<LockRecord>> {
+        let mut conn = self.conn("list").await?;
+        let result = self.list_on(&mut conn).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
+        let mut conn = self.conn("revoke").await?;
+        let result = self.revoke_on(&mut conn, lock).await;
+        conn.done(result.is_ok());
+        result
     }
 
     /// Wait for a notification naming `lock`. Notifications that arrive between two calls
