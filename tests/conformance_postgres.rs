@@ -233,3 +233,21 @@ async fn names_that_look_like_sql_are_stored_as_they_are() {
     }
     assert!(table_exists(&pg.server, "leaderrun_locks"));
 }
+
+/// A run's calls share one connection: the one open made serves the first call, and each
+/// call keeps it for the next (handed back to the pool, it would still be in the pool's
+/// hands when a one-shot run's next call asks, and the pool would connect again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_uses_one_connection() {
+    let pg = pg().await;
+    let store = pg.open().await;
+    let lock = unique("one-connection");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    let lease = won(&*store, &lock, "a", TTL).await;
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    assert!(!store.status(&lock).await.unwrap().is_held());
+    let connections = pg.server.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'leaderrun'");
+    assert_eq!(connections, "1", "connections of this run's user");
+}
