@@ -546,7 +546,7 @@ impl Store for EtcdStore {
             ..Default::default()
         };
         let resp = self.txn("status", txn).await?;
-        if resp.range(0).first().is_some() {
+        if !resp.range(0).is_empty() {
             self.note_read(lock, resp.header.as_ref().map(|h| h.revision));
         }
         match (resp.range(0).first(), resp.range(1).first()) {
