@@ -85,8 +85,11 @@ async fn errors_say_what_went_wrong_without_the_password() {
 
     let wrong = format!("etcd://app:hunter2x@127.0.0.1:{port}");
     check(open_url(&wrong, Access::Create).await.err().unwrap(), ErrorKind::Refused, "app:***@");
+    // Opening reads nothing: a prefix outside the user's permissions is refused at the first call.
     let outside = format!("etcd://app:hunter2@127.0.0.1:{port}/elsewhere");
-    check(open_url(&outside, Access::Create).await.err().unwrap(), ErrorKind::Refused, "permission denied");
+    let elsewhere = open_url(&outside, Access::Create).await.expect("the right password");
+    check(elsewhere.acquire("x", "a", TTL).await.err().unwrap(), ErrorKind::Refused, "permission denied");
+    check(elsewhere.status("x").await.err().unwrap(), ErrorKind::Refused, "permission denied");
     let closed = format!("etcd://app:hunter2@127.0.0.1:{}", servers::free_port());
     check(open_url(&closed, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "***");
     // A bad URL is bad usage, found while the command line is checked: one line, no password.
@@ -154,16 +157,113 @@ async fn tls_errors_say_what_went_wrong() {
     let url = server.tls_url();
     let base = url.split_once('?').unwrap().0.to_string();
     let ca = server.certs().ca().display().to_string();
+    // Opening connects to nothing: the first call finds out.
+    let first_call = |url: String| async move {
+        let store = open_url(&url, Access::Create).await.expect("opening sends nothing");
+        store.status("x").await.expect_err("the handshake fails")
+    };
     // The system's CAs do not know the test CA.
-    check(open_url(&base, Access::Create).await.err().unwrap(), ErrorKind::Refused, "certificate");
+    check(first_call(base.clone()).await, ErrorKind::Refused, "certificate");
     // The server asks for a client certificate and none is shown. Under TLS 1.3 the server's
     // refusal comes after the handshake and reaches the client as a bare transport error.
-    let err =
-        open_url(&format!("{base}?cacert={ca}"), Access::Create).await.err().expect("refused without a client cert");
+    let err = first_call(format!("{base}?cacert={ca}")).await;
     assert!(!err.message.contains('\n'), "one line: {:?}", err.message);
     check(
         open_url(&format!("{base}?cacert=/nonexistent/ca.pem"), Access::Create).await.err().unwrap(),
         ErrorKind::Refused,
         "cacert=/nonexistent",
     );
+}
+
+/// Counts the "store request" events the stores log, one per request, on this thread only
+/// (the tests that use it run on a current-thread runtime).
+#[derive(Clone, Default)]
+struct Requests(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Requests {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Requests {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct IsRequest(bool);
+        impl tracing::field::Visit for IsRequest {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0 |= field.name() == "message" && format!("{value:?}") == "store request";
+            }
+        }
+        let mut seen = IsRequest(false);
+        event.record(&mut seen);
+        if seen.0 {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// Count this thread's store requests from now on.
+fn count_requests() -> (Requests, tracing::subscriber::DefaultGuard) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let requests = Requests::default();
+    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(requests.clone()));
+    (requests, guard)
+}
+
+/// A waiting standby keeps one watch across `changed` calls: it is opened from the revision
+/// of the acquire that found the lock held (no read of its own), then nothing is sent while
+/// the lock stays held, and a release still wakes the standby.
+#[tokio::test]
+async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
+    let (requests, _counting) = count_requests();
+    let h = etcd().await;
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("idle");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    let before = requests.count();
+    b.changed(&lock, Duration::from_millis(200)).await;
+    assert_eq!(requests.count() - before, 1, "the first wait opens the watch, and reads nothing");
+    let before = requests.count();
+    for _ in 0..5 {
+        b.changed(&lock, Duration::from_millis(200)).await;
+    }
+    assert_eq!(requests.count() - before, 0, "an idle standby sends nothing");
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(conformance::SOON, b.changed(&lock, Duration::from_secs(3600)))
+        .await
+        .expect("the release wakes the standby");
+    let before = requests.count();
+    won(&*b, &lock, "b", TTL).await;
+    assert_eq!(requests.count() - before, 2, "after a wake-up: grant and write, no read first");
+}
+
+/// A holder that dies without releasing (its process killed: nothing renews its etcd lease):
+/// the standby's kept watch sees etcd delete the key at expiry, and the standby takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_takes_over_when_a_dead_holders_lease_expires() {
+    let h = etcd().await;
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("dead-holder");
+    let first = won(&*a, &lock, "a", Duration::from_secs(2)).await;
+    drop(a);
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(100)).await;
+    tokio::time::timeout(conformance::SOON, b.changed(&lock, Duration::from_secs(3600)))
+        .await
+        .expect("the expiry wakes the standby");
+    let second = won(&*b, &lock, "b", TTL).await;
+    assert!(second.token > first.token);
+}
+
+/// A one-shot run on a free lock: grant, write, revoke; nothing read first, nothing at open.
+#[tokio::test]
+async fn a_one_shot_run_takes_three_requests() {
+    let (requests, _counting) = count_requests();
+    let h = etcd().await;
+    let store = h.open().await;
+    assert_eq!(requests.count(), 0, "opening sends nothing");
+    let lease = won(&*store, &unique("one-shot"), "a", TTL).await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    assert_eq!(requests.count(), 3);
 }

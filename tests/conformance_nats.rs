@@ -54,6 +54,9 @@ async fn choria_sees_a_leaderrun_holder_and_leaderrun_sees_a_choria_leader() {
     let choria = nt.server.choria_bucket_with_max_age(CHORIA_MAX_AGE).await;
     let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
     let store = open_url(&url, Access::Create).await.unwrap();
+    // Choria's bucket removes an expired entry silently (a max age, no markers): a standby
+    // cannot rely on its watch to hear of an expiry.
+    assert!(!store.sees_expiry());
 
     // leaderrun holds my_app (won as Choria wins: confirmed after the cool-down): Choria's tools
     // show it as the leader, its campaigners lose.
@@ -358,4 +361,104 @@ async fn a_token_authenticates_and_never_shows() {
     let err = open_url(&wrong, Access::Create).await.err().expect("a wrong token");
     assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
     assert!(err.message.contains("***@") && !err.message.contains("Wrong-Token-42"), "{}", err.message);
+}
+
+/// Counts the "store request" events the stores log, one per request, on this thread only
+/// (the tests that use it run on a current-thread runtime).
+#[derive(Clone, Default)]
+struct Requests(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Requests {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Requests {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct IsRequest(bool);
+        impl tracing::field::Visit for IsRequest {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0 |= field.name() == "message" && format!("{value:?}") == "store request";
+            }
+        }
+        let mut seen = IsRequest(false);
+        event.record(&mut seen);
+        if seen.0 {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// Count this thread's store requests from now on.
+fn count_requests() -> (Requests, tracing::subscriber::DefaultGuard) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let requests = Requests::default();
+    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(requests.clone()));
+    (requests, guard)
+}
+
+/// A waiting standby keeps one watch across `changed` calls: after the first wait (watch and
+/// read) nothing is sent while the lock stays held, the holder's renewals included; a release
+/// still wakes it. In leaderrun's own bucket the store says it sees expiries.
+#[tokio::test]
+async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
+    let (requests, _counting) = count_requests();
+    let nt = nt().await;
+    let (a, b) = (nt.open().await, nt.open().await);
+    assert!(b.sees_expiry(), "leaderrun's bucket leaves expiry markers");
+    let lock = unique("idle");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(200)).await;
+    let before = requests.count();
+    for _ in 0..5 {
+        b.changed(&lock, Duration::from_millis(200)).await;
+    }
+    assert_eq!(requests.count() - before, 0, "an idle standby sends nothing");
+    assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    let before = requests.count();
+    b.changed(&lock, Duration::from_millis(200)).await;
+    assert_eq!(requests.count() - before, 0, "a renewal is no reason to read");
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(SOON, b.changed(&lock, Duration::from_secs(3600)))
+        .await
+        .expect("the release wakes the standby");
+    won(&*b, &lock, "b", TTL).await;
+}
+
+/// A holder that dies without releasing (nothing renews its entry): the standby's kept watch
+/// sees the server's expiry marker, and the standby takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_takes_over_when_a_dead_holders_entry_expires() {
+    let nt = nt().await;
+    let (a, b) = (nt.open().await, nt.open().await);
+    let lock = unique("dead-holder");
+    let first = won(&*a, &lock, "a", Duration::from_secs(2)).await;
+    drop(a);
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(100)).await;
+    tokio::time::timeout(SOON, b.changed(&lock, Duration::from_secs(3600)))
+        .await
+        .expect("the expiry wakes the standby");
+    let second = won(&*b, &lock, "b", TTL).await;
+    assert!(second.token > first.token);
+}
+
+/// A one-shot run's release expects the message its acquire wrote: one request, no read.
+#[tokio::test]
+async fn a_release_of_an_unchanged_lease_is_one_request() {
+    let (requests, _counting) = count_requests();
+    let nt = nt().await;
+    let (a, b) = (nt.open().await, nt.open().await);
+    let lock = unique("one-shot");
+    let before = requests.count();
+    let lease = won(&*a, &lock, "a", TTL).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    assert_eq!(requests.count() - before, 3, "read, write, delete");
+    // A revoked lease has changed under its holder: the release reads, then frees it.
+    let lease = won(&*a, &lock, "a", TTL).await;
+    assert!(b.revoke(&lock).await.unwrap().is_some());
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    assert!(!b.status(&lock).await.unwrap().is_held());
 }

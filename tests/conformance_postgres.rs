@@ -182,3 +182,72 @@ async fn a_table_from_before_the_kept_column_gets_it() {
     assert!(admin.revoke("x").await.unwrap().is_some());
     assert!(!admin.status("x").await.unwrap().is_held(), "the keep ended at once");
 }
+
+/// The table is not looked at when a store opens (that would cost every run a round trip): a
+/// run's acquire that finds it missing creates it and tries again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_acquire_that_finds_no_table_creates_it() {
+    let pg = pg().await;
+    let url = format!("{}?table=made_on_first_use", pg.server.url());
+    let store = open_url(&url, Access::Create).await.unwrap();
+    pg.server.psql_in(servers::postgres::DATABASE, "DROP TABLE IF EXISTS made_on_first_use");
+    assert!(!table_exists(&pg.server, "made_on_first_use"));
+    let lease = won(&*store, "x", "a", TTL).await;
+    assert!(table_exists(&pg.server, "made_on_first_use"));
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    won(&*store, "x", "b", TTL).await;
+}
+
+/// Values travel inside the statements' text (one round trip each): names that look like
+/// quotes, dollar quotes, parameters or SQL are stored and found as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn names_that_look_like_sql_are_stored_as_they_are() {
+    let pg = pg().await;
+    let (a, b) = (pg.open().await, pg.open().await);
+    let names = [
+        "it's",
+        "'; DROP TABLE leaderrun_locks; --",
+        "$lr$",
+        "a$lr",
+        "lr$ b",
+        "$lr$'; DROP TABLE leaderrun_locks; --$lr$",
+        "$1 $2 $3",
+        "back\\slash\\",
+        "$$",
+        "E'\\''",
+    ];
+    for name in names {
+        let lease = won(&*a, name, name, TTL).await;
+        held(&*b, name, "b").await;
+        let status = b.status(name).await.unwrap();
+        assert_eq!((status.lock.as_str(), status.holder.as_deref()), (name, Some(name)));
+        assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+        a.release(&lease, Duration::ZERO).await.unwrap();
+        let lease = won(&*b, name, "b", TTL).await;
+        assert!(b.revoke(name).await.unwrap().is_some());
+        b.release(&lease, Duration::ZERO).await.unwrap();
+    }
+    let listed: Vec<String> = a.list().await.unwrap().into_iter().map(|r| r.lock).collect();
+    for name in names {
+        assert!(listed.iter().any(|l| l == name), "{name:?} missing from {listed:?}");
+    }
+    assert!(table_exists(&pg.server, "leaderrun_locks"));
+}
+
+/// A run's calls share one connection: the one open made serves the first call, and each
+/// call keeps it for the next (handed back to the pool, it would still be in the pool's
+/// hands when a one-shot run's next call asks, and the pool would connect again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_uses_one_connection() {
+    let pg = pg().await;
+    let store = pg.open().await;
+    let lock = unique("one-connection");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    let lease = won(&*store, &lock, "a", TTL).await;
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    assert!(!store.status(&lock).await.unwrap().is_held());
+    let connections = pg.server.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'leaderrun'");
+    assert_eq!(connections, "1", "connections of this run's user");
+}

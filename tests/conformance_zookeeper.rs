@@ -242,3 +242,65 @@ async fn abandon_clears_a_child_left_behind_the_holder() {
     let next = won(&*b, &lock, "b", TTL).await;
     assert!(next.token > lease.token);
 }
+
+/// Counts the "store request" events the stores log, one per request, on this thread only
+/// (the tests that use it run on a current-thread runtime).
+#[derive(Clone, Default)]
+struct Requests(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Requests {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Requests {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct IsRequest(bool);
+        impl tracing::field::Visit for IsRequest {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0 |= field.name() == "message" && format!("{value:?}") == "store request";
+            }
+        }
+        let mut seen = IsRequest(false);
+        event.record(&mut seen);
+        if seen.0 {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// Count this thread's store requests from now on.
+fn count_requests() -> (Requests, tracing::subscriber::DefaultGuard) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let requests = Requests::default();
+    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(requests.clone()));
+    (requests, guard)
+}
+
+/// A waiting standby keeps its watch on the holder's node across `changed` calls: after the
+/// first wait (list and watch) nothing is sent while the holder lives; a release still wakes it.
+#[tokio::test]
+async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
+    let (requests, _counting) = count_requests();
+    let h = zk().await;
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("idle");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(200)).await;
+    let before = requests.count();
+    for _ in 0..5 {
+        b.changed(&lock, Duration::from_millis(200)).await;
+    }
+    assert_eq!(requests.count() - before, 0, "an idle standby sends nothing");
+    assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    let before = requests.count();
+    b.changed(&lock, Duration::from_millis(200)).await;
+    assert_eq!(requests.count() - before, 0, "a renewal is no reason to read");
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(SOON, b.changed(&lock, Duration::from_secs(3600)))
+        .await
+        .expect("the release wakes the standby");
+    won(&*b, &lock, "b", TTL).await;
+}

@@ -12,10 +12,18 @@
 //!
 //! Wake-ups: releasing (and revoking) a lock sends `NOTIFY leaderrun, '<lock name>'` in the
 //! same statement. A waiter LISTENs on its own connection, opened on its first wait; the
-//! notification is only a hint (the elector re-reads at least every second anyway).
+//! notification is only a hint (the elector also re-reads when the lease it saw expires).
 //! LISTEN/NOTIFY does not pass a transaction-pooling proxy; waiters then fall back on that
-//! re-read. Prepared statements are used, so such a proxy must support them (PgBouncer
-//! ≥ 1.21 with `max_prepared_statements`).
+//! re-read.
+//!
+//! Round trips: every statement is one simple query with its values quoted in (`Sql::text`),
+//! so it costs one round trip, where a prepared statement costs two the first time (Parse
+//! and Describe, then Bind and Execute); no server-side prepared statement is left behind,
+//! so a transaction-pooling proxy needs no support for them. A run's open creates the table
+//! if needed (`CREATE TABLE IF NOT EXISTS`, one round trip: `leaderrun init` is that open), and
+//! its first call uses the connection open made; an acquire that finds the table missing
+//! (dropped since, SQLSTATE 42P01) creates it again and retries. A one-shot run is then one
+//! connection and three round trips: create-if-missing, acquire, release.
 //!
 //! Connection settings: the URL is parsed by sqlx (`PgConnectOptions::from_str`), which
 //! starts from libpq's environment variables — PGHOST (or PGHOSTADDR), PGPORT, PGUSER,
@@ -46,8 +54,9 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::{AssertSqlSafe, ConnectOptions, Row, SqlSafeStr, SqlStr};
+use sqlx::{AssertSqlSafe, ConnectOptions, Postgres, Row, SqlSafeStr, SqlStr};
 use tokio::sync::Mutex;
 use tokio::time::timeout;
 
@@ -172,26 +181,88 @@ fn split_url(url: &str) -> std::result::Result<(String, String), String> {
     Ok((url, table))
 }
 
-/// The statements, with the table name quoted in.
+/// The statements, with the table name quoted in and `$1`, `$2`... where `Sql::text` puts
+/// the values.
 struct Sql {
     /// The table's name, quoted.
     table: String,
-    acquire: SqlStr,
-    renew: SqlStr,
-    release: SqlStr,
-    status: SqlStr,
-    list: SqlStr,
-    revoke: SqlStr,
+    acquire: String,
+    renew: String,
+    release: String,
+    status: String,
+    list: String,
+    revoke: String,
+}
+
+/// A value put into a statement by `Sql::text`.
+enum Value<'a> {
+    Text(&'a str),
+    Int(i64),
+}
+
+impl Value<'_> {
+    /// The value as an SQL literal. Text is dollar-quoted: the server reads everything between
+    /// the tags as is (no escapes, whatever `standard_conforming_strings` says), and the tag is
+    /// chosen so that the text cannot end the literal early. A NUL cannot be sent at all.
+    fn push_literal(&self, out: &mut String) -> std::result::Result<(), String> {
+        match self {
+            Value::Int(n) => out.push_str(&n.to_string()),
+            Value::Text(text) => {
+                if text.contains('\0') {
+                    return Err("a name with a NUL character cannot be stored".into());
+                }
+                let mut tag = String::from("lr");
+                while !ends_only_at_the_close(text, &tag) {
+                    tag.push('x');
+                }
+                for part in ["$", &tag, "$", text, "$", &tag, "$"] {
+                    out.push_str(part);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `$tag$text$tag$` ends where the closing tag starts, and not inside `text`.
+fn ends_only_at_the_close(text: &str, tag: &str) -> bool {
+    let close = format!("${tag}$");
+    format!("{text}{close}").find(&close) == Some(text.len())
 }
 
 impl Sql {
+    /// `template` with each `$n` replaced by the n-th value as a literal, in one pass (a value
+    /// that itself contains `$2` is never rewritten). The values come from this program (lock
+    /// names, identities, numbers) and are quoted by `Value::push_literal`.
+    fn text(template: &str, values: &[Value<'_>]) -> std::result::Result<SqlStr, String> {
+        let mut out = String::with_capacity(template.len() + 128);
+        let mut rest = template;
+        while let Some(at) = rest.find('$') {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            match after[..digits].parse::<usize>().ok().and_then(|n| values.get(n.checked_sub(1)?)) {
+                Some(value) => {
+                    value.push_literal(&mut out)?;
+                    rest = &after[digits..];
+                }
+                None => {
+                    out.push('$');
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        Ok(AssertSqlSafe(Arc::<str>::from(out)).into_sql_str())
+    }
+
     fn new(table: &str) -> Self {
         let t = format!("\"{table}\"");
         // Unix microseconds and the time left, both computed on the server's clock.
         let columns = "l.name, l.holder, l.token, l.revoked,
             (extract(epoch FROM l.acquired_at) * 1000000)::bigint AS acquired_us,
             (extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint AS left_us";
-        let sql = |s: String| AssertSqlSafe(Arc::<str>::from(s)).into_sql_str();
+        let sql = |s: String| s;
         Self {
             table: t.clone(),
             // One clock reading for the whole statement. A row is taken over only if it
@@ -247,6 +318,13 @@ impl Sql {
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// The connection the lease calls use, kept here between calls (the elector makes one
+    /// at a time). Given back to the pool after each call, it would still be busy being
+    /// returned (a round trip) when a one-shot run's next call asks for one at once, and the
+    /// pool would open a second connection, a second server backend to start. The pool only
+    /// makes a new one when this is empty: at first, and after a call that failed or was
+    /// cancelled (its connection may be in any state; see `Conn`).
+    slot: tokio::sync::Mutex<Option<PoolConnection<Postgres>>>,
     /// A pool of one for the LISTEN connection, kept apart so waiting never takes a
     /// connection the lease calls need.
     listen_pool: PgPool,
@@ -260,6 +338,8 @@ pub struct PostgresStore {
     shown: String,
     /// Whether the table may be missing (status, list, release never create it).
     existing_only: bool,
+    /// The table's name as the URL gives it (unquoted), for CREATE TABLE.
+    table: String,
 }
 
 impl PostgresStore {
@@ -279,14 +359,16 @@ impl PostgresStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options.clone());
-        let store = Self {
+        let mut store = Self {
             pool,
+            slot: tokio::sync::Mutex::new(None),
             listen_pool,
             listener: Mutex::new(None),
             sql: Sql::new(table),
             options,
             shown,
             existing_only: access == Access::Existing,
+            table: table.clone(),
         };
         let mut conn = match store.pool.acquire().await {
             Ok(conn) => conn,
@@ -295,6 +377,7 @@ impl PostgresStore {
         if access == Access::Create {
             store.create_table(&mut conn, table).await?;
         }
+        store.slot = tokio::sync::Mutex::new(Some(conn));
         Ok(store)
     }
 
@@ -317,7 +400,7 @@ impl PostgresStore {
         let alter =
             format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS kept boolean NOT NULL DEFAULT false", self.sql.table);
         tracing::info!("adding the kept column to {}", self.sql.table);
-        match sqlx::query(AssertSqlSafe(alter.clone())).execute(&mut *conn).await {
+        match sqlx::raw_sql(AssertSqlSafe(alter.clone())).execute(&mut *conn).await {
             Ok(_) => Ok(()),
             Err(err) if sqlstate(&err).as_deref() == Some("42501") => Err(StoreError::refused(format!(
                 "PostgreSQL store {}: table {} predates leaderrun's kept column and this user may not add it; \
@@ -331,7 +414,7 @@ impl PostgresStore {
     /// CREATE TABLE IF NOT EXISTS, tolerating the races of many first users and a user
     /// without CREATE privilege when the table is already there.
     async fn create_table(&self, conn: &mut sqlx::PgConnection, table: &str) -> Result<()> {
-        let created = sqlx::query(AssertSqlSafe(schema_sql(table))).execute(&mut *conn).await;
+        let created = sqlx::raw_sql(AssertSqlSafe(schema_sql(table))).execute(&mut *conn).await;
         match created {
             Ok(_) => Ok(()),
             // Concurrent CREATE TABLE IF NOT EXISTS can still collide on pg_type's unique
@@ -342,9 +425,8 @@ impl PostgresStore {
             // the schema, an existing table is fine.
             Err(err) if sqlstate(&err).as_deref() == Some("42501") => {
                 let quoted = format!("\"{table}\"");
-                let exists: std::result::Result<bool, _> =
-                    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(&quoted).fetch_one(&mut *conn).await;
-                match exists {
+                let exists = self.statement("SELECT to_regclass($1) IS NOT NULL", &[Value::Text(&quoted)])?;
+                match exists.fetch_one(&mut *conn).await.and_then(|row| row.try_get::<bool, _>(0)) {
                     Ok(true) => Ok(()),
                     Ok(false) => Err(StoreError::refused(format!(
                         "PostgreSQL store {}: table {quoted} does not exist and this user may not create it \
@@ -358,6 +440,13 @@ impl PostgresStore {
         }
     }
 
+    /// A statement with its values quoted in, sent as one simple query (one round trip).
+    fn statement(&self, template: &str, values: &[Value<'_>]) -> Result<sqlx::RawSql> {
+        Sql::text(template, values)
+            .map(sqlx::raw_sql)
+            .map_err(|why| StoreError::refused(format!("PostgreSQL store {}: {why}", self.shown)))
+    }
+
     /// One line, without the password: the URL redacted, then what went wrong.
     fn error(&self, err: sqlx::Error) -> StoreError {
         let message = format!("PostgreSQL store {}: {}", self.shown, describe(&err));
@@ -369,7 +458,7 @@ impl PostgresStore {
     }
 
     async fn read(&self, conn: &mut sqlx::PgConnection, lock: &str) -> Result<LockRecord> {
-        let row = sqlx::query(self.sql.status.clone()).bind(lock).fetch_optional(&mut *conn).await;
+        let row = self.statement(&self.sql.status, &[Value::Text(lock)])?.fetch_optional(&mut *conn).await;
         match row {
             Ok(Some(row)) => Ok(record_from(&row)),
             Ok(None) => Ok(LockRecord::free(lock)),
@@ -383,10 +472,15 @@ impl PostgresStore {
         self.existing_only && sqlstate(err).as_deref() == Some("42P01")
     }
 
-    async fn conn(&self, op: &'static str) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+    /// The store's connection, made now if there is none.
+    async fn conn(&self, op: &'static str) -> Result<Conn<'_>> {
         // One line per request at -vvv: the benchmarks count them.
         tracing::trace!(op, "store request");
-        self.pool.acquire().await.map_err(|e| self.error(e))
+        let mut slot = self.slot.lock().await;
+        if slot.is_none() {
+            *slot = Some(self.pool.acquire().await.map_err(|e| self.error(e))?);
+        }
+        Ok(Conn { slot, kept: false })
     }
 
     async fn listen(&self) -> std::result::Result<PgListener, sqlx::Error> {
@@ -395,6 +489,41 @@ impl PostgresStore {
         listener.eager_reconnect(false);
         listener.listen(CHANNEL).await?;
         Ok(listener)
+    }
+}
+
+/// The store's connection for one call. Unless the call says it ended well (`done`), the
+/// connection is dropped when this is: a call that failed may have lost it, and one that was
+/// cancelled (the elector's timeout) may have left a statement half sent or unread.
+struct Conn<'a> {
+    slot: tokio::sync::MutexGuard<'a, Option<PoolConnection<Postgres>>>,
+    kept: bool,
+}
+
+impl Conn<'_> {
+    fn done(mut self, ok: bool) {
+        self.kept = ok;
+    }
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = sqlx::PgConnection;
+    fn deref(&self) -> &Self::Target {
+        self.slot.as_ref().expect("a connection is in the slot while a call holds it")
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.slot.as_mut().expect("a connection is in the slot while a call holds it")
+    }
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.slot.take();
+        }
     }
 }
 
@@ -474,20 +603,28 @@ fn micros(d: Duration) -> i64 {
     d.as_micros().min(i64::MAX as u128) as i64
 }
 
-#[async_trait]
-impl Store for PostgresStore {
-    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        let mut conn = self.conn("acquire").await?;
+/// The calls themselves, on the store's connection (`Store` below takes and keeps it).
+impl PostgresStore {
+    async fn acquire_on(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        lock: &str,
+        identity: &str,
+        ttl: Duration,
+    ) -> Result<Acquire> {
         let mut won = Err(sqlx::Error::PoolClosed);
-        for _ in 0..2 {
-            won = sqlx::query_scalar::<_, i64>(self.sql.acquire.clone())
-                .bind(lock)
-                .bind(identity)
-                .bind(micros(ttl))
+        for _ in 0..3 {
+            won = self
+                .statement(&self.sql.acquire, &[Value::Text(lock), Value::Text(identity), Value::Int(micros(ttl))])?
                 .fetch_optional(&mut *conn)
-                .await;
+                .await
+                .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose());
             match &won {
-                Err(err) if no_kept_column(err) => self.add_kept_column(&mut conn).await?,
+                Err(err) if no_kept_column(err) => self.add_kept_column(&mut *conn).await?,
+                // Dropped since this store opened (or never made): a run makes it again.
+                Err(err) if !self.existing_only && sqlstate(err).as_deref() == Some("42P01") => {
+                    self.create_table(&mut *conn, &self.table).await?
+                }
                 _ => break,
             }
         }
@@ -499,42 +636,40 @@ impl Store for PostgresStore {
                 }
                 Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
             }
-            Ok(None) => Ok(Acquire::Held(self.read(&mut conn, lock).await?)),
+            Ok(None) => Ok(Acquire::Held(self.read(&mut *conn, lock).await?)),
             Err(err) if self.no_table(&err) => Ok(Acquire::Held(LockRecord::free(lock))),
             Err(err) => Err(self.error(err)),
         }
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
-        let mut conn = self.conn("renew").await?;
-        let done = sqlx::query(self.sql.renew.clone())
-            .bind(micros(ttl))
-            .bind(&lease.lock)
-            .bind(lease.token as i64)
-            .bind(&lease.identity)
-            .execute(&mut *conn)
-            .await;
+    async fn renew_on(&self, conn: &mut sqlx::PgConnection, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        let values = [
+            Value::Int(micros(ttl)),
+            Value::Text(&lease.lock),
+            Value::Int(lease.token as i64),
+            Value::Text(&lease.identity),
+        ];
+        let done = self.statement(&self.sql.renew, &values)?.execute(&mut *conn).await;
         match done {
             Ok(done) if done.rows_affected() == 1 => Ok(Renew::Renewed),
-            Ok(_) => Ok(Renew::Lost(Some(self.read(&mut conn, &lease.lock).await?))),
+            Ok(_) => Ok(Renew::Lost(Some(self.read(&mut *conn, &lease.lock).await?))),
             Err(err) if self.no_table(&err) => Ok(Renew::Lost(None)),
             Err(err) => Err(self.error(err)),
         }
     }
 
-    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
-        let mut conn = self.conn("release").await?;
+    async fn release_on(&self, conn: &mut sqlx::PgConnection, lease: &Lease, keep: Duration) -> Result<()> {
         let mut done = Err(sqlx::Error::PoolClosed);
         for _ in 0..2 {
-            done = sqlx::query(self.sql.release.clone())
-                .bind(micros(keep))
-                .bind(&lease.lock)
-                .bind(lease.token as i64)
-                .bind(&lease.identity)
-                .execute(&mut *conn)
-                .await;
+            let values = [
+                Value::Int(micros(keep)),
+                Value::Text(&lease.lock),
+                Value::Int(lease.token as i64),
+                Value::Text(&lease.identity),
+            ];
+            done = self.statement(&self.sql.release, &values)?.execute(&mut *conn).await;
             match &done {
-                Err(err) if no_kept_column(err) => self.add_kept_column(&mut conn).await?,
+                Err(err) if no_kept_column(err) => self.add_kept_column(&mut *conn).await?,
                 _ => break,
             }
         }
@@ -545,35 +680,28 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn status(&self, lock: &str) -> Result<LockRecord> {
-        let mut conn = self.conn("status").await?;
-        self.read(&mut conn, lock).await
+    async fn status_on(&self, conn: &mut sqlx::PgConnection, lock: &str) -> Result<LockRecord> {
+        self.read(&mut *conn, lock).await
     }
 
-    async fn list(&self) -> Result<Vec<LockRecord>> {
-        let mut conn = self.conn("list").await?;
-        match sqlx::query(self.sql.list.clone()).fetch_all(&mut *conn).await {
+    async fn list_on(&self, conn: &mut sqlx::PgConnection) -> Result<Vec<LockRecord>> {
+        match self.statement(&self.sql.list, &[])?.fetch_all(&mut *conn).await {
             Ok(rows) => Ok(rows.iter().map(record_from).collect()),
             Err(err) if self.no_table(&err) => Ok(Vec::new()),
             Err(err) => Err(self.error(err)),
         }
     }
 
-    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
-        let mut conn = self.conn("revoke").await?;
+    async fn revoke_on(&self, conn: &mut sqlx::PgConnection, lock: &str) -> Result<Option<LockRecord>> {
         loop {
-            let before = self.read(&mut conn, lock).await?;
+            let before = self.read(&mut *conn, lock).await?;
             if !before.is_held() {
                 return Ok(None);
             }
-            let done = match sqlx::query(self.sql.revoke.clone())
-                .bind(lock)
-                .bind(before.token as i64)
-                .fetch_all(&mut *conn)
-                .await
-            {
+            let values = [Value::Text(lock), Value::Int(before.token as i64)];
+            let done = match self.statement(&self.sql.revoke, &values)?.fetch_all(&mut *conn).await {
                 Err(err) if no_kept_column(&err) => {
-                    self.add_kept_column(&mut conn).await?;
+                    self.add_kept_column(&mut *conn).await?;
                     continue;
                 }
                 done => done.map_err(|e| self.error(e))?,
@@ -582,6 +710,51 @@ impl Store for PostgresStore {
                 return Ok(Some(before));
             }
         }
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
+        let mut conn = self.conn("acquire").await?;
+        let result = self.acquire_on(&mut conn, lock, identity, ttl).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        let mut conn = self.conn("renew").await?;
+        let result = self.renew_on(&mut conn, lease, ttl).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        let mut conn = self.conn("release").await?;
+        let result = self.release_on(&mut conn, lease, keep).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockRecord> {
+        let mut conn = self.conn("status").await?;
+        let result = self.status_on(&mut conn, lock).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn list(&self) -> Result<Vec<LockRecord>> {
+        let mut conn = self.conn("list").await?;
+        let result = self.list_on(&mut conn).await;
+        conn.done(result.is_ok());
+        result
+    }
+
+    async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
+        let mut conn = self.conn("revoke").await?;
+        let result = self.revoke_on(&mut conn, lock).await;
+        conn.done(result.is_ok());
+        result
     }
 
     /// Wait for a notification naming `lock`. Notifications that arrive between two calls
@@ -633,6 +806,20 @@ mod tests {
         assert!(err.contains("unknown parameter ?bogus=") && !err.contains("secret"), "{err}");
         let err = Target::parse("postgres://u:hunter2@h:notaport/db").err().expect("refused");
         assert!(err.contains("invalid URL") && !err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn values_are_quoted_in_one_pass() {
+        let text = |template: &str, values: &[Value<'_>]| Sql::text(template, values).unwrap().as_str().to_string();
+        assert_eq!(text("SELECT $1, $2", &[Value::Text("a"), Value::Int(-7)]), "SELECT $lr$a$lr$, -7");
+        // A value that looks like a parameter stays as it is; `$` without a number too.
+        assert_eq!(text("$1 $2", &[Value::Text("$2"), Value::Text("x")]), "$lr$$2$lr$ $lr$x$lr$");
+        assert_eq!(text("a $ b $9", &[]), "a $ b $9");
+        // The tag never occurs in the text, nor overlaps its end.
+        assert_eq!(text("$1", &[Value::Text("$lr$")]), "$lrx$$lr$$lrx$");
+        assert_eq!(text("$1", &[Value::Text("a$lr")]), "$lrx$a$lr$lrx$");
+        assert_eq!(text("$1", &[Value::Text("it's \\")]), "$lr$it's \\$lr$");
+        assert!(Sql::text("$1", &[Value::Text("a\0b")]).unwrap_err().contains("NUL"));
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //!
 //! - acquire: grant a lease of ceil(ttl) seconds, then one transaction:
 //!   `create_revision(lock) == 0` (the key does not exist) → put it with the lease and
-//!   touch the token key; otherwise read who holds it (and revoke the unused lease).
+//!   touch the token key; otherwise read who holds it (and revoke the unused lease). A free
+//!   lock costs these two round trips; a standby re-checking a lock its watch has not seen
+//!   freed reads it first instead.
 //! - fencing token = the lock key's create revision. A key is only ever created anew by an
 //!   acquisition (a re-put keeps it), so every acquisition gets a larger revision than all
 //!   before it, across releases and expiries; the token key's mod revision is that same
@@ -42,8 +44,9 @@
 //!   revoked, which frees it at once.
 //! - abandon: the trait's status-then-release, which from any client deletes the key and
 //!   revokes the etcd lease it names.
-//! - changed: a watch on the lock key from the revision of a read, so a delete between
-//!   the read and the watch is not missed.
+//! - changed: a watch on the lock key from the revision of the read that found it held, so
+//!   a delete between the read and the watch is not missed. The watch stays open across
+//!   waits (closed when the lock is won): an idle standby sends nothing.
 //!
 //! Expiry is judged by the etcd leader's lessor on its own monotonic clock; after a leader
 //! change the new leader extends every lease by a full TTL (leases only ever last longer,
@@ -122,6 +125,22 @@ pub struct EtcdStore {
     shown: String,
     /// For each lease this store took or renewed, (lock, token, identity) → where it stood then.
     held: Mutex<HashMap<(String, u64, String), Held>>,
+    /// The watch a waiting campaign keeps open across `changed` calls, so that an idle
+    /// standby sends nothing once it is set up.
+    watching: tokio::sync::Mutex<Option<Watching>>,
+    /// For each lock, the store revision at which this store last found it held: a watch
+    /// opened from the next revision misses no release made after that read.
+    read_at: Mutex<HashMap<String, i64>>,
+}
+
+/// A watch for the DELETE of one lock key, kept while this store waits for that lock.
+struct Watching {
+    lock: String,
+    stream: tonic::Streaming<wire::WatchResponse>,
+    /// The last `changed` returned because the watch saw the key deleted (or the watch is new):
+    /// the next acquire expects a free lock. Otherwise the caller re-reads on its own schedule
+    /// and the lock is most likely still held.
+    woke: bool,
 }
 
 /// What a renewal compares against: the etcd lease the key is attached to, and the key's
@@ -133,19 +152,25 @@ struct Held {
 }
 
 impl EtcdStore {
-    /// Connect (authenticating, if a user is given), then read once, so an unreachable
-    /// cluster or bad credentials are reported here, before anything runs.
-    /// etcd needs nothing created, so `access` makes no difference.
+    /// Set up the connection, authenticating if a user is given (bad credentials are reported
+    /// here). Nothing is read: an unreachable cluster is reported by the first call, which a
+    /// one-shot run makes at once and a waiting run retries, as it would a failed open; a
+    /// probe here would cost every run a round trip. etcd needs nothing created, so `access`
+    /// makes no difference.
     pub async fn open(target: &Target, _access: Access) -> Result<Self> {
         let shown = target.shown.clone();
         let connection = match timeout(REQUEST_TIMEOUT, Connection::open(target)).await {
             Ok(connection) => connection?,
             Err(_) => return Err(no_answer(&shown)),
         };
-        let store = Self { connection, prefix: target.prefix.clone(), shown, held: Default::default() };
-        let probe = RangeRequest { key: store.lock_key("").into_bytes(), count_only: true, ..Default::default() };
-        store.call("open", store.connection.unary::<_, wire::RangeResponse>(path::RANGE, probe)).await?;
-        Ok(store)
+        Ok(Self {
+            connection,
+            prefix: target.prefix.clone(),
+            shown,
+            held: Default::default(),
+            watching: Default::default(),
+            read_at: Default::default(),
+        })
     }
 
     fn lock_key(&self, lock: &str) -> String {
@@ -289,29 +314,84 @@ impl EtcdStore {
         Ok(self.txn(op, txn).await?.succeeded)
     }
 
-    /// Return once the lock key is gone: read it, then watch for its DELETE from the next
-    /// revision on, so a release between the read and the watch is not missed.
-    async fn wait_deleted(&self, lock: &str) -> Result<()> {
-        let key = self.lock_key(lock).into_bytes();
-        let request = RangeRequest { key: key.clone(), ..Default::default() };
-        let read: wire::RangeResponse = self.call("get", self.connection.unary(path::RANGE, request)).await?;
-        if read.kvs.is_empty() {
-            return Ok(());
+    /// The revision of this store's last read that found `lock` held, if any.
+    fn note_read(&self, lock: &str, revision: Option<i64>) {
+        let mut read_at = self.read_at.lock().unwrap_or_else(PoisonError::into_inner);
+        match revision {
+            Some(revision) => read_at.insert(lock.to_string(), revision),
+            None => read_at.remove(lock),
+        };
+    }
+
+    /// Whether this store has a watch on `lock` that has seen no DELETE since the caller last
+    /// read it: the lock is then most likely still held, and an acquire reads before it
+    /// grants a lease (which it would have to revoke).
+    fn quietly_watching(&self, lock: &str) -> bool {
+        match self.watching.try_lock() {
+            Ok(slot) => slot.as_ref().is_some_and(|w| w.lock == lock && !w.woke),
+            Err(_) => false,
         }
-        let from = read.header.map_or(0, |h| h.revision) + 1;
-        let create = wire::WatchCreateRequest { key, start_revision: from, filters: vec![wire::FILTER_NOPUT] };
-        // Opening the stream is bounded like any call; waiting on it is bounded by the caller.
-        let mut stream = self.call("watch", self.connection.watch(create)).await?;
+    }
+
+    /// A waiting campaign is over (this store holds the lock now): close the watch.
+    fn stop_watching(&self) {
+        if let Ok(mut slot) = self.watching.try_lock() {
+            *slot = None;
+        }
+    }
+
+    /// Return once the lock key may be gone. The watch is kept open across calls (one per
+    /// store, for the lock waited on): an idle standby sends nothing while it waits. It is
+    /// opened from the revision of this store's last read that found the lock held (else
+    /// from a read of its own), so a release between that read and the watch is not missed;
+    /// a DELETE seen while no call was waiting makes the next call return at once, and the
+    /// caller re-reads (harmless). A watch that fails or ends is dropped and opened anew.
+    async fn wait_deleted(&self, lock: &str) -> Result<()> {
+        let mut slot = self.watching.lock().await;
+        if slot.as_ref().is_none_or(|w| w.lock != lock) {
+            *slot = None;
+            let read_at = self.read_at.lock().unwrap_or_else(PoisonError::into_inner).get(lock).copied();
+            let from = match read_at {
+                Some(revision) => revision + 1,
+                None => {
+                    let key = self.lock_key(lock).into_bytes();
+                    let request = RangeRequest { key, ..Default::default() };
+                    let read: wire::RangeResponse =
+                        self.call("get", self.connection.unary(path::RANGE, request)).await?;
+                    if read.kvs.is_empty() {
+                        return Ok(());
+                    }
+                    read.header.map_or(0, |h| h.revision) + 1
+                }
+            };
+            let key = self.lock_key(lock).into_bytes();
+            let create = wire::WatchCreateRequest { key, start_revision: from, filters: vec![wire::FILTER_NOPUT] };
+            // Opening the stream is bounded like any call; waiting on it is bounded by the caller.
+            let stream = self.call("watch", self.connection.watch(create)).await?;
+            *slot = Some(Watching { lock: lock.to_string(), stream, woke: false });
+        }
+        let Some(watching) = slot.as_mut() else {
+            return Ok(());
+        };
+        watching.woke = false;
         loop {
-            match stream.message().await {
+            match watching.stream.message().await {
+                Ok(Some(answer)) if answer.events.iter().any(|e| e.r#type == wire::EVENT_DELETE) => {
+                    watching.woke = true;
+                    return Ok(());
+                }
                 // Cancelled (its start revision was compacted away, say): the caller re-reads.
-                Ok(Some(answer)) if answer.canceled => return Ok(()),
-                Ok(Some(answer)) if answer.events.iter().any(|e| e.r#type == wire::EVENT_DELETE) => return Ok(()),
+                Ok(Some(answer)) if answer.canceled => break,
                 Ok(Some(_)) => continue,
-                Ok(None) => return Ok(()),
-                Err(status) => return Err(store_error(&self.shown, &status)),
+                Ok(None) => break,
+                Err(status) => {
+                    *slot = None;
+                    return Err(store_error(&self.shown, &status));
+                }
             }
         }
+        *slot = None;
+        Ok(())
     }
 }
 
@@ -322,11 +402,18 @@ fn no_answer(shown: &str) -> StoreError {
 #[async_trait]
 impl Store for EtcdStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        // A read first: a standby re-checking a held lock need not grant (and revoke) a lease.
-        if let Some(kv) = self.get_lock(lock).await? {
-            let record = self.record(lock, &kv).await?;
-            if record.is_held() {
-                return Ok(Acquire::Held(record));
+        // No read first where the lock is expected free (a one-shot run, a standby whose watch
+        // saw it deleted): grant and write at once, two round trips. A standby re-checking on
+        // its own schedule (no DELETE seen) reads first: it need not grant (and revoke) a lease.
+        if self.quietly_watching(lock) {
+            let request = RangeRequest { key: self.lock_key(lock).into_bytes(), ..Default::default() };
+            let read: wire::RangeResponse = self.call("get", self.connection.unary(path::RANGE, request)).await?;
+            if let Some(kv) = read.kvs.first() {
+                let record = self.record(lock, kv).await?;
+                if record.is_held() {
+                    self.note_read(lock, read.header.map(|h| h.revision));
+                    return Ok(Acquire::Held(record));
+                }
             }
         }
         let lease_id = self.grant(ttl).await?;
@@ -356,13 +443,21 @@ impl Store for EtcdStore {
                 resp.range(2).first().map_or((0, 0), |kv| (kv.create_revision, kv.mod_revision));
             let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 };
             self.remember(&lease, Held { lease_id, mod_revision });
+            // A holder waits for nothing: its watch would only pile up events.
+            self.stop_watching();
+            self.note_read(lock, None);
             return Ok(Acquire::Won(lease));
         }
-        self.revoke_lease(lease_id).await;
-        match resp.range(0).first() {
-            Some(kv) => Ok(Acquire::Held(self.record(lock, kv).await?)),
-            None => Ok(Acquire::Held(LockRecord::free(lock))),
-        }
+        self.note_read(lock, resp.header.as_ref().map(|h| h.revision));
+        // The unused lease is revoked while the holder's time left is read: one round trip.
+        let record = async {
+            match resp.range(0).first() {
+                Some(kv) => self.record(lock, kv).await,
+                None => Ok(LockRecord::free(lock)),
+            }
+        };
+        let ((), record) = tokio::join!(self.revoke_lease(lease_id), record);
+        Ok(Acquire::Held(record?))
     }
 
     async fn renew(&self, lease: &Lease, _ttl: Duration) -> Result<Renew> {
@@ -451,6 +546,9 @@ impl Store for EtcdStore {
             ..Default::default()
         };
         let resp = self.txn("status", txn).await?;
+        if !resp.range(0).is_empty() {
+            self.note_read(lock, resp.header.as_ref().map(|h| h.revision));
+        }
         match (resp.range(0).first(), resp.range(1).first()) {
             (Some(kv), _) => self.record(lock, kv).await,
             (None, token) => Ok(Self::free_record(lock, token)),

@@ -37,11 +37,14 @@
 //! - revoke: republish it with `Leaderrun-Revoked: 1`, the same value and the same TTL;
 //!   nothing is freed. (This may extend the expiry by up to one ttl: the safe direction.) An
 //!   entry marked `Leaderrun-Kept` (its child has exited) is deleted instead: free at once.
-//! - release: a KV delete (`KV-Operation: DEL`) expecting the message read; a waiter's watch
-//!   sees it at once. With --min-hold it republishes the entry with a TTL of the time left and
+//! - release: a KV delete (`KV-Operation: DEL`) expecting the message this client last wrote
+//!   for the lease (one request), or else the message read; a waiter's watch sees it at once. With --min-hold it republishes the entry with a TTL of the time left and
 //!   `Leaderrun-Kept: 1`; nobody renews such an entry.
 //! - changed: a KV watch on the key, opened before a read, so a release between the two is
-//!   not missed; it returns on a delete, purge or expiry marker, or at the caller's bound.
+//!   not missed; it returns on a delete, purge or expiry marker, or at the caller's bound. The
+//!   watch stays open across waits (closed when the lock is won), so an idle standby sends
+//!   nothing; in a bucket that leaves expiry markers it also sees a lease expire, and the
+//!   waiting run re-reads only when it returns.
 //!
 //! Expiry. Where the bucket allows per-message TTL (`allow_msg_ttl`, nats-server 2.11+;
 //! buckets leaderrun creates do), every write of a held lease carries `Nats-TTL` = ttl rounded
@@ -229,6 +232,8 @@ struct Bucket {
     stream: Stream,
     kv: kv::Store,
     allow_ttl: bool,
+    /// The server leaves a marker when it expires an entry (`subject_delete_marker_ttl`).
+    markers: bool,
     max_age: Duration,
     /// Without per-message TTL: Choria's campaign in it, or why Choria refuses the bucket.
     choria: Option<std::result::Result<Choria, String>>,
@@ -262,6 +267,14 @@ pub struct NatsStore {
     written: std::sync::Mutex<HashMap<(String, String, u64), Written>>,
     /// The URL without its secrets, for messages.
     shown: String,
+    /// The watch a waiting campaign keeps open across `changed` calls.
+    watching: tokio::sync::Mutex<Option<Watching>>,
+}
+
+/// A KV watch on one lock's key, kept while this store waits for that lock.
+struct Watching {
+    lock: String,
+    watch: kv::Watch,
 }
 
 impl NatsStore {
@@ -339,6 +352,7 @@ impl NatsStore {
             bucket: tokio::sync::OnceCell::new(),
             written: Default::default(),
             shown,
+            watching: Default::default(),
         };
         if let Err(mut e) = store.bucket().await {
             if e.message.contains("no responders") || e.message.contains("resource does not exist") {
@@ -427,7 +441,8 @@ impl NatsStore {
             stream: stream.clone(),
         };
         let choria = (!info.allow_message_ttl && !info.max_age.is_zero()).then(|| Choria::for_max_age(info.max_age));
-        let bucket = Bucket { stream, kv, allow_ttl: info.allow_message_ttl, max_age: info.max_age, choria };
+        let markers = info.subject_delete_marker_ttl.is_some_and(|ttl| !ttl.is_zero());
+        let bucket = Bucket { stream, kv, allow_ttl: info.allow_message_ttl, markers, max_age: info.max_age, choria };
         Ok(Some(self.bucket.get_or_init(|| async { bucket }).await))
     }
 
@@ -587,23 +602,71 @@ impl NatsStore {
         }
     }
 
-    /// Return once the key may have been freed: open a watch, then read, so a release
-    /// between the two is not missed.
+    /// Return once the key may have been freed. The watch is kept open across calls (one per
+    /// store, for the lock waited on), so an idle standby sends nothing while it waits; a new
+    /// one is opened before a read, so a release between the two is not missed. A release seen
+    /// while no call was waiting makes the next call return at once (the caller re-reads:
+    /// harmless). A watch that fails or ends is dropped and opened anew by the next call.
     async fn wait_freed(&self, lock: &str) -> Result<()> {
         let Some(bucket) = self.bucket().await? else {
             return Ok(());
         };
-        let mut watch = self.call("watch", bucket.kv.watch(key_of(lock))).await?;
-        if self.read(bucket, lock).await?.is_none_or(|e| e.gone) {
-            return Ok(());
+        let mut slot = self.watching.lock().await;
+        if slot.as_ref().is_none_or(|w| w.lock != lock) {
+            *slot = None;
+            let watch = self.call("watch", bucket.kv.watch(key_of(lock))).await?;
+            *slot = Some(Watching { lock: lock.to_string(), watch });
+            if self.read(bucket, lock).await?.is_none_or(|e| e.gone) {
+                return Ok(());
+            }
         }
-        loop {
-            match watch.next().await {
+        let Some(watching) = slot.as_mut() else {
+            return Ok(());
+        };
+        let why = loop {
+            match watching.watch.next().await {
                 Some(Ok(entry)) if entry.operation != kv::Operation::Put => return Ok(()),
                 Some(Ok(_)) => continue,
-                Some(Err(e)) => return Err(self.error(describe(&e))),
-                None => return Err(self.error("the watch ended".into())),
+                Some(Err(e)) => break describe(&e),
+                None => break "the watch ended".to_string(),
             }
+        };
+        *slot = None;
+        Err(self.error(why))
+    }
+
+    /// Free the lease's entry (or keep it for what is left of `keep`, for --min-hold) if the
+    /// key's last message is still `seq`; false if it is not.
+    async fn release_at(
+        &self,
+        bucket: &Bucket,
+        lease: &Lease,
+        keep: Duration,
+        seq: u64,
+        acquired_ms: u64,
+        revoked: bool,
+    ) -> Result<bool> {
+        let left = Duration::from_millis(acquired_ms.saturating_add(keep.as_millis() as u64).saturating_sub(now_ms()));
+        let done = if !keep.is_zero() && !left.is_zero() {
+            // --min-hold: the entry stays, with a TTL of the time left; the holder no
+            // longer renews.
+            let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired_ms, Some(left));
+            headers.insert(KEPT, "1");
+            headers.insert(KEPT_MS, (left.as_millis() as u64).to_string());
+            if revoked {
+                headers.insert(REVOKED, "1");
+            }
+            self.publish("release", &lease.lock, seq, headers, &lease.identity).await?
+        } else {
+            self.publish("release", &lease.lock, seq, Self::delete_headers(lease.token), "").await?
+        };
+        Ok(done.is_some())
+    }
+
+    /// A waiting campaign is over (this store holds the lock now): close the watch.
+    fn stop_watching(&self) {
+        if let Ok(mut slot) = self.watching.try_lock() {
+            *slot = None;
         }
     }
 }
@@ -626,6 +689,8 @@ impl Store for NatsStore {
             if let Some(token) = self.publish("acquire", lock, expected, headers, identity).await? {
                 let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
                 self.remember(&lease, Some(Written { seq: token, acquired_ms }));
+                // A holder waits for nothing: its watch would only bring its own renewals.
+                self.stop_watching();
                 return Ok(match bucket.choria() {
                     // As a Choria campaigner wins: trusted only after the cool-down and an update.
                     Some(choria) => Acquire::Confirm { lease, after: choria.cool_down() },
@@ -673,7 +738,15 @@ impl Store for NatsStore {
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
         let bucket = self.bucket_for_write().await?;
+        let cached = self.written.lock().unwrap().get(&lease_key(lease)).copied();
         self.remember(lease, None);
+        // Expecting the message this client last wrote for the lease: if it is still the key's
+        // last, the record is exactly that (this holder's, unrevoked), and one request frees it.
+        if let Some(last) = cached {
+            if self.release_at(bucket, lease, keep, last.seq, last.acquired_ms, false).await? {
+                return Ok(());
+            }
+        }
         for _ in 0..MAX_RACES {
             let Some(entry) = self.read(bucket, &lease.lock).await? else {
                 return Ok(());
@@ -682,21 +755,7 @@ impl Store for NatsStore {
                 return Ok(());
             }
             let acquired = entry.acquired_ms.unwrap_or_else(now_ms);
-            let left = Duration::from_millis(acquired.saturating_add(keep.as_millis() as u64).saturating_sub(now_ms()));
-            let done = if !keep.is_zero() && !left.is_zero() {
-                // --min-hold: the entry stays, with a TTL of the time left; the holder no
-                // longer renews.
-                let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired, Some(left));
-                headers.insert(KEPT, "1");
-                headers.insert(KEPT_MS, (left.as_millis() as u64).to_string());
-                if entry.revoked {
-                    headers.insert(REVOKED, "1");
-                }
-                self.publish("release", &lease.lock, entry.seq, headers, &lease.identity).await?
-            } else {
-                self.publish("release", &lease.lock, entry.seq, Self::delete_headers(lease.token), "").await?
-            };
-            if done.is_some() {
+            if self.release_at(bucket, lease, keep, entry.seq, acquired, entry.revoked).await? {
                 return Ok(());
             }
         }
@@ -794,6 +853,13 @@ impl Store for NatsStore {
             return Ok(None);
         };
         Ok((!bucket.allow_ttl).then_some(bucket.max_age).filter(|age| !age.is_zero()))
+    }
+
+    /// True in a bucket where the server expires entries itself and leaves a marker that the
+    /// watch sees (per-message TTL with delete markers, as in buckets leaderrun creates). A
+    /// bucket with only a max age (Choria's) removes expired entries silently: false there.
+    fn sees_expiry(&self) -> bool {
+        self.bucket.get().is_some_and(|bucket| bucket.allow_ttl && bucket.markers)
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {

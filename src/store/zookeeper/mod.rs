@@ -53,7 +53,8 @@
 //! - abandon (after an acquire whose answer never came): delete every child of the lock that
 //!   carries this run's identity, the holder's or one waiting behind it.
 //! - changed: a watch on the lowest child (the holder: the "predecessor" of every contender), for
-//!   its deletion or change.
+//!   its deletion or change. It is kept across waits until it fires (closed when the lock is
+//!   won), so an idle standby sends nothing while its holder lives.
 //!
 //! What is guaranteed: ZooKeeper orders all writes through its leader (linearizable writes,
 //! acknowledged by a quorum). Reads are served by the server a client is connected to, which may
@@ -122,6 +123,8 @@ pub struct ZooKeeperStore {
     tick: Duration,
     /// The longest session the servers grant, once asked (`longest_ttl`).
     longest_session: tokio::sync::OnceCell<Duration>,
+    /// The watch a waiting campaign keeps across `changed` calls (`nodes::Watching`).
+    watching: tokio::sync::Mutex<Option<nodes::Watching>>,
 }
 
 impl ZooKeeperStore {
@@ -144,6 +147,7 @@ impl ZooKeeperStore {
             inner: Arc::new(Mutex::new(Inner::default())),
             tick: Duration::ZERO,
             longest_session: tokio::sync::OnceCell::new(),
+            watching: Default::default(),
         };
         let zk = store.connect(SPARE_SESSION).await?;
         store.tick = tick_bound(zk.granted());
@@ -186,6 +190,7 @@ impl Store for ZooKeeperStore {
                 let held = Held { zk, ttl, renewed_at: sent };
                 self.inner.lock().unwrap().leases.insert(path.clone(), held);
                 self.expire_unrenewed(path);
+                self.stop_watching();
                 Ok(Acquire::Won(lease))
             }
             Ok(Attempt::Held(record, clean)) => {

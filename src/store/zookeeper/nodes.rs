@@ -282,7 +282,19 @@ impl ZooKeeperStore {
         }
     }
 
+    /// Return once the lock's holder node may have changed. ZooKeeper watches fire once: a
+    /// watch set on the holder's ephemeral node is waited for by a task of its own and kept in
+    /// `watching` until it fires, so a wait that ends at the caller's bound leaves it for the
+    /// next one, and an idle standby sends nothing while the holder lives.
     pub(super) async fn wait_change(&self, lock: &str) -> Result<()> {
+        let mut slot = self.watching.lock().await;
+        if let Some(watching) = slot.as_mut().filter(|w| w.lock == lock) {
+            // Err: the task is gone without telling (aborted): the caller re-reads all the same.
+            let _ = watching.fired.wait_for(|fired| *fired).await;
+            *slot = None;
+            return Ok(());
+        }
+        *slot = None;
         let zk = self.watch_session().await?;
         let Some((seqs, _)) = self.children("list", &zk, lock).await? else {
             return Ok(());
@@ -297,9 +309,17 @@ impl ZooKeeperStore {
             Err(e) => return Err(self.error("watch", &e)),
         };
         if stat.ephemeral_owner != 0 {
-            watcher.changed().await;
+            let (tell, fired) = tokio::sync::watch::channel(false);
+            let task = tokio::spawn(async move {
+                watcher.changed().await;
+                let _ = tell.send(true);
+            });
+            let watching = slot.insert(Watching { lock: lock.to_string(), fired, task });
+            let _ = watching.fired.wait_for(|fired| *fired).await;
+            *slot = None;
             return Ok(());
         }
+        drop(slot);
         // A --min-hold child: it frees the lock when its time passes, or when deleted.
         let Some((value, _)) = self.read_child("get", &zk, &path).await? else {
             return Ok(());
@@ -310,5 +330,27 @@ impl ZooKeeperStore {
             _ = tokio::time::sleep(left) => {}
         }
         Ok(())
+    }
+
+    /// A waiting campaign is over (this store holds the lock now): drop the watch.
+    pub(super) fn stop_watching(&self) {
+        if let Ok(mut slot) = self.watching.try_lock() {
+            *slot = None;
+        }
+    }
+}
+
+/// A watch on the node holding a lock, kept while this store waits for that lock.
+pub(super) struct Watching {
+    lock: String,
+    /// Becomes true once the watch fired (the node was deleted or changed, or the session ended).
+    fired: tokio::sync::watch::Receiver<bool>,
+    /// The task waiting for the watch to fire.
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
