@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, SOON, TTL};
+use conformance::{count_requests, held, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::zookeeper::{ZooKeeper, DEFAULT_MAX_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS, TICK_MS};
@@ -241,41 +241,6 @@ async fn abandon_clears_a_child_left_behind_the_holder() {
     a.release(&lease, Duration::ZERO).await.unwrap();
     let next = won(&*b, &lock, "b", TTL).await;
     assert!(next.token > lease.token);
-}
-
-/// Counts the "store request" events the stores log, one per request, on this thread only
-/// (the tests that use it run on a current-thread runtime).
-#[derive(Clone, Default)]
-struct Requests(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Requests {
-    fn count(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Requests {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        struct IsRequest(bool);
-        impl tracing::field::Visit for IsRequest {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0 |= field.name() == "message" && format!("{value:?}") == "store request";
-            }
-        }
-        let mut seen = IsRequest(false);
-        event.record(&mut seen);
-        if seen.0 {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-}
-
-/// Count this thread's store requests from now on.
-fn count_requests() -> (Requests, tracing::subscriber::DefaultGuard) {
-    use tracing_subscriber::layer::SubscriberExt;
-    let requests = Requests::default();
-    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(requests.clone()));
-    (requests, guard)
 }
 
 /// A waiting standby keeps its watch on the holder's node across `changed` calls: after the

@@ -398,3 +398,38 @@ macro_rules! conformance_suite {
         )*
     };
 }
+
+/// Counts the "store request" events the stores log, one per request, on this thread only
+/// (the tests that use it run on a current-thread runtime).
+#[derive(Clone, Default)]
+pub struct Requests(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Requests {
+    pub fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Requests {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct IsRequest(bool);
+        impl tracing::field::Visit for IsRequest {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0 |= field.name() == "message" && format!("{value:?}") == "store request";
+            }
+        }
+        let mut seen = IsRequest(false);
+        event.record(&mut seen);
+        if seen.0 {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// Count this thread's store requests from now on.
+pub fn count_requests() -> (Requests, tracing::subscriber::DefaultGuard) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let requests = Requests::default();
+    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(requests.clone()));
+    (requests, guard)
+}
