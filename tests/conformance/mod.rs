@@ -399,8 +399,8 @@ macro_rules! conformance_suite {
     };
 }
 
-/// Counts the "store request" events the stores log, one per request, on this thread only
-/// (the tests that use it run on a current-thread runtime).
+/// Counts the "store request" events the stores log, one per request, on one thread only
+/// (the tests that use it run on a current-thread runtime, so the store's calls run there).
 #[derive(Clone, Default)]
 pub struct Requests(Arc<std::sync::atomic::AtomicUsize>);
 
@@ -410,7 +410,18 @@ impl Requests {
     }
 }
 
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Requests {
+thread_local! {
+    /// The counter of the test running on this thread, while it counts.
+    static COUNTING: std::cell::RefCell<Option<Requests>> = const { std::cell::RefCell::new(None) };
+}
+
+/// One subscriber for the whole test binary, installed once. A subscriber per test
+/// (`set_default`) misses events: tracing caches each call site's interest globally, and with
+/// exactly one such subscriber alive, a call site first reached on another test's thread is
+/// cached as uninteresting, so this test never sees it.
+struct CountOnThisThread;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountOnThisThread {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
         struct IsRequest(bool);
         impl tracing::field::Visit for IsRequest {
@@ -421,15 +432,33 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Requests {
         let mut seen = IsRequest(false);
         event.record(&mut seen);
         if seen.0 {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            COUNTING.with(|c| {
+                if let Some(requests) = &*c.borrow() {
+                    requests.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
         }
     }
 }
 
-/// Count this thread's store requests from now on.
-pub fn count_requests() -> (Requests, tracing::subscriber::DefaultGuard) {
-    use tracing_subscriber::layer::SubscriberExt;
+/// Stops counting this thread's requests when dropped.
+pub struct Counting(());
+
+impl Drop for Counting {
+    fn drop(&mut self) {
+        COUNTING.with(|c| *c.borrow_mut() = None);
+    }
+}
+
+/// Count this thread's store requests from now on (until the `Counting` is dropped).
+pub fn count_requests() -> (Requests, Counting) {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(CountOnThisThread))
+            .expect("no other subscriber in the conformance tests");
+    });
     let requests = Requests::default();
-    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(requests.clone()));
-    (requests, guard)
+    COUNTING.with(|c| *c.borrow_mut() = Some(requests.clone()));
+    (requests, Counting(()))
 }
