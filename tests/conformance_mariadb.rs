@@ -42,6 +42,15 @@ impl Harness for MariadbHarness {
 
 conformance_suite!(mariadb());
 
+/// The pool does not ping a connection before each call (a ping doubled every renewal's round
+/// trips): after a restart, calls on connections from before fail as transient and the next
+/// ones reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_rides_out_a_server_restart() {
+    let h = mariadb().await;
+    conformance::a_client_rides_out_a_server_restart(&h, || h.server.stop(), || h.server.start_again()).await;
+}
+
 /// A table made by an earlier leaderrun, without the `kept` column: the first statement that
 /// needs it adds it, and `leaderrun release` then ends a --min-hold keep at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -224,6 +224,11 @@ impl MySqlStore {
             .min_connections(0)
             .max_connections(3)
             .acquire_timeout(CONNECT_TIMEOUT)
+            // No ping before each call: it doubled every renewal's round trips, and with 100 ms
+            // of network latency a renewal then outlasted the time left before the stop signal
+            // (the fault run's "+100 ms" cost the lease every time). A dead connection (server
+            // restarted) fails one call, which the elector retries on a fresh one.
+            .test_before_acquire(false)
             .connect_lazy_with(options.clone());
         let hints = hint::Hints::new(options.clone(), pool.clone(), &table);
         let store = Self { pool, options, table: format!("`{table}`"), shown, secrets, hints };
