@@ -1286,14 +1286,21 @@ WHY_NOT: dict[str, str] = {
     "handoff":
         "S3, Cloud Storage and Datastore cannot watch: a waiter learns of a release at its next poll, "
         "about once a second (jittered 0.5–1.5 s), which goal 4 caps at 1 request a second; a handoff there "
-        "is half a poll on average and a poll at worst. Every store that can push (SQLite's kernel queue, "
-        "MariaDB's GET_LOCK, PostgreSQL's NOTIFY, Redis pub/sub, etcd, NATS and ZooKeeper watches, "
-        "Kubernetes' watch) hands over in milliseconds; any of those over 10 ms here is the load on this "
-        "shared 2-core machine (the same stores measure 4–10 ms p99 when it is quiet).",
+        "is half a poll on average and a poll at worst. ZooKeeper's handoff is a chain of requests (the "
+        "holder deletes its node; the waiter reads, creates its sequential node, lists the children and "
+        "writes its token): about 15 per handoff counting the holder's, p50 ~10 ms, and its p99 moves with "
+        "the load. Kubernetes here is the tests' API server, written in Python (29 ms at best). MariaDB "
+        "and etcd sit at 10 ms (p50 6.5 ms); this run shared the machine with a MariaDB fault run. The "
+        "stores that push a release (SQLite's kernel queue, PostgreSQL's NOTIFY, Redis, NATS) are under "
+        "10 ms.",
     "herd":
-        "as for a single waiter: the polling stores wake at their next poll. On the stores that push, every "
-        "waiter wakes and one wins (requests per handoff in the table); each waiter's wake-up is a process "
-        "on this 2-core machine, so 100 of them queue for the CPU.",
+        "only SQLite (waiters queue in the kernel) and MariaDB (waiters queue in GET_LOCK) wake one "
+        "waiter per release: 2 requests per handoff, p99 under 10 ms. On the others every waiter is woken "
+        "by each release and reads again (the requests per handoff column: 201 on etcd, 278 on ZooKeeper, "
+        "73 on NATS, 52 on Redis), and a hundred wake-ups queue for two cores. Not done: waking only the "
+        "next waiter. etcd and ZooKeeper can do it by watching only the key or node created just before "
+        "one's own, as `etcdctl lock` does (its p99 here is 4.5 ms); NATS, Redis, PostgreSQL and "
+        "Kubernetes would need a queue of their own beside the lease record.",
     "rss-wrapper":
         "most of it is the binary's code, not memory leaderrun allocates: RssFile (pages of the executable, "
         "shared with every other leaderrun through the page cache) is ~12.9 of 14.7 MiB for SQLite in this "
@@ -1305,12 +1312,20 @@ WHY_NOT: dict[str, str] = {
         "the watchdog is forked before any runtime starts and never runs one; what it holds is its share "
         "of the executable's pages the fork inherits (mostly shared, file-backed) and the relocated data "
         "(1 MB of `.data.rel.ro` in this build). It peaks at 1.7 MiB in a SQLite-only build.",
+    "idle":
+        "S3, Cloud Storage and Datastore cannot watch. The standby polls about once a second (jittered "
+        "0.5–1.5 s) and reads the record again after each change its poll sees: the holder renews every "
+        "5 s, so that adds 0.2–0.3 a second, and the total is 1.2–1.3 a second. A poll every 1.3 s would "
+        "meet 1 a second, at the cost of a third more handoff time on those stores. It was left at 1 s. "
+        "Every store that can watch or block sends nothing while idle.",
     "takeover":
         "ZooKeeper ends a crashed holder's lease by expiring its session, which must outlast the ttl by a "
         "quarter (the client library may be silent for a fifth of the session) plus a tick of the server, "
         "and ZooKeeper does not tell clients its tick (leaderrun bounds it by half the shortest session the "
         "server grants: 2 s here, on a server ticking every 500 ms). A 2 s ttl so gets a 4.5 s session; "
-        "the takeover follows it. Anything else over ttl + 1 s here is load.",
+        "the takeover follows it. On S3, Cloud Storage and Datastore a standby times the lease from when "
+        "its poll last saw the record change, up to a poll (1.5 s) after the holder's last renewal: "
+        "the takeover can reach ttl × 1.02 + 0.1 s plus a poll (Cloud Storage's 3.3 s max here).",
 }
 
 
