@@ -249,23 +249,5 @@ async fn abandon_clears_a_child_left_behind_the_holder() {
 async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
     let (requests, _counting) = count_requests();
     let h = zk().await;
-    let (a, b) = (h.open().await, h.open().await);
-    let lock = unique("idle");
-    let lease = won(&*a, &lock, "a", TTL).await;
-    held(&*b, &lock, "b").await;
-    b.changed(&lock, Duration::from_millis(200)).await;
-    let before = requests.count();
-    for _ in 0..5 {
-        b.changed(&lock, Duration::from_millis(200)).await;
-    }
-    assert_eq!(requests.count() - before, 0, "an idle standby sends nothing");
-    assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
-    let before = requests.count();
-    b.changed(&lock, Duration::from_millis(200)).await;
-    assert_eq!(requests.count() - before, 0, "a renewal is no reason to read");
-    a.release(&lease, Duration::ZERO).await.unwrap();
-    tokio::time::timeout(SOON, b.changed(&lock, Duration::from_secs(3600)))
-        .await
-        .expect("the release wakes the standby");
-    won(&*b, &lock, "b", TTL).await;
+    conformance::an_idle_standby_sends_nothing(&h, &requests).await;
 }

@@ -361,6 +361,31 @@ pub async fn a_client_rides_out_a_server_restart(h: &dyn Harness, stop: impl FnO
     assert!(next.token > lease.token);
 }
 
+/// For a store whose standby keeps a watch (or blocks) across waits: after its first wait,
+/// nothing is sent while the lock stays held, the holder's renewals included; a release still
+/// wakes it. `requests` counts this thread's store requests (`count_requests`).
+pub async fn an_idle_standby_sends_nothing(h: &dyn Harness, requests: &Requests) {
+    let (a, b) = (h.open().await, h.open().await);
+    let lock = unique("idle");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(200)).await;
+    let before = requests.count();
+    for _ in 0..5 {
+        b.changed(&lock, Duration::from_millis(200)).await;
+    }
+    assert_eq!(requests.count() - before, 0, "an idle standby sends nothing");
+    assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
+    let before = requests.count();
+    b.changed(&lock, Duration::from_millis(200)).await;
+    assert_eq!(requests.count() - before, 0, "a renewal is no reason to read");
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(SOON, b.changed(&lock, Duration::from_secs(3600)))
+        .await
+        .expect("the release wakes the standby");
+    won(&*b, &lock, "b", TTL).await;
+}
+
 /// Generate one `#[tokio::test]` per conformance test for a harness; with `paused:`,
 /// on tokio's paused clock (for a store that runs in memory on an injected clock).
 #[macro_export]
