@@ -153,48 +153,10 @@ mod wake {
         drop(quitter);
     }
 
-    /// A hundred waiters on one lock, each taking its turn once: every one gets it, tokens
-    /// strictly increase, and the waiters do not all re-read at every release. (One thread:
-    /// the request count is kept by a subscriber for this thread only.)
+    /// A hundred waiters on one lock, each taking its turn once, at 2 to 10 requests a handoff.
     #[tokio::test]
     async fn a_hundred_waiters_each_get_their_turn_once() {
-        const N: usize = 100;
         let (requests, _counting) = count_requests();
-        let h = sqlite().await;
-        let lock = unique("hundred");
-        let first = h.open().await;
-        let lease = won(&*first, &lock, "first", HOUR).await;
-        let turns = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for i in 0..N {
-            let store = h.open().await;
-            let (lock, turns) = (lock.clone(), turns.clone());
-            tasks.push(tokio::spawn(async move {
-                let identity = format!("w{i}");
-                let lease = campaign(&*store, &lock, &identity, HOUR).await;
-                turns.lock().unwrap().push((lease.token, identity));
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                store.release(&lease, Duration::ZERO).await.unwrap();
-            }));
-        }
-        // Every waiter has asked once and is waiting.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = requests.count();
-        first.release(&lease, Duration::ZERO).await.unwrap();
-        for task in tasks {
-            tokio::time::timeout(SOON * 2, task).await.expect("a waiter never got its turn").expect("task");
-        }
-        let turns = turns.lock().unwrap().clone();
-        assert_eq!(turns.len(), N);
-        let identities: std::collections::BTreeSet<_> = turns.iter().map(|(_, id)| id.clone()).collect();
-        assert_eq!(identities.len(), N, "each waiter once");
-        assert!(turns.windows(2).all(|w| w[0].0 < w[1].0), "tokens in order of the turns: {turns:?}");
-        let per_handoff = (requests.count() - before) as f64 / N as f64;
-        eprintln!(
-            "requests per handoff with {N} waiters (acquire, release, and re-reads after a wake): {per_handoff:.2}"
-        );
-        // Each turn is at least an acquire and a release; a herd re-reading at every release
-        // would make about N per handoff.
-        assert!((2.0..10.0).contains(&per_handoff), "{per_handoff} requests per handoff");
+        crate::conformance::a_hundred_waiters_take_turns(&sqlite().await, &requests, 2.0..10.0).await;
     }
 }

@@ -386,6 +386,54 @@ pub async fn an_idle_standby_sends_nothing(h: &dyn Harness, requests: &Requests)
     won(&*b, &lock, "b", TTL).await;
 }
 
+/// A hundred waiters on one lock (a store each, as a hundred processes), each taking its turn
+/// once: every one gets it, tokens strictly increase, and the requests per handoff stay within
+/// `per_handoff` (a herd re-reading at every release would make about 100). `requests` counts
+/// this thread's store requests (`count_requests`): run on a current-thread runtime.
+pub async fn a_hundred_waiters_take_turns(h: &dyn Harness, requests: &Requests, per_handoff: std::ops::Range<f64>) {
+    const N: usize = 100;
+    let lock = unique("hundred");
+    let first = h.open().await;
+    let lease = won(&*first, &lock, "first", TTL).await;
+    let turns = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let store = h.open().await;
+        let (lock, turns) = (lock.clone(), turns.clone());
+        tasks.push(tokio::spawn(async move {
+            let identity = format!("w{i}");
+            let lease = loop {
+                match store.acquire(&lock, &identity, TTL).await.expect("acquire") {
+                    Acquire::Won(lease) => break lease,
+                    Acquire::Held(record) => {
+                        let until_expiry = record.expires_in.unwrap_or(TTL) + Duration::from_millis(20);
+                        store.changed(&lock, until_expiry).await;
+                    }
+                    other => panic!("{identity}: unexpected {other:?}"),
+                }
+            };
+            turns.lock().unwrap().push((lease.token, identity));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            store.release(&lease, Duration::ZERO).await.unwrap();
+        }));
+    }
+    // Every waiter has asked once and is waiting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = requests.count();
+    first.release(&lease, Duration::ZERO).await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(SOON * 2, task).await.expect("a waiter never got its turn").expect("task");
+    }
+    let turns = turns.lock().unwrap().clone();
+    assert_eq!(turns.len(), N);
+    let identities: BTreeSet<_> = turns.iter().map(|(_, id)| id.clone()).collect();
+    assert_eq!(identities.len(), N, "each waiter once");
+    assert!(turns.windows(2).all(|w| w[0].0 < w[1].0), "tokens in order of the turns: {turns:?}");
+    let measured = (requests.count() - before) as f64 / N as f64;
+    eprintln!("requests per handoff with {N} waiters (acquire, release, and re-reads after a wake): {measured:.2}");
+    assert!(per_handoff.contains(&measured), "{measured} requests per handoff, expected {per_handoff:?}");
+}
+
 /// Generate one `#[tokio::test]` per conformance test for a harness; with `paused:`,
 /// on tokio's paused clock (for a store that runs in memory on an injected clock).
 #[macro_export]
