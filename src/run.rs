@@ -413,7 +413,7 @@ async fn init(common: &CommonArgs, print_sql: bool) -> anyhow::Result<u8> {
             Err(err) => Ok(fail(exit::USAGE, err)),
         };
     }
-    match url::open(&spec, Access::Create).await {
+    match url::prepare(&spec).await {
         Ok(_) => print(&format!("the store is ready: {}\n", url::describe(&spec))).map(|()| 0),
         Err(err) => Ok(fail(exit::STORE_UNAVAILABLE, err)),
     }

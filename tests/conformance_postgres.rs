@@ -112,12 +112,15 @@ async fn least_privileges_select_insert_update() {
     let port = pg.server.port();
     let limited = format!("postgres://limited:limited-pw@127.0.0.1:{port}/leaderrun");
 
-    // No table, and no right to create one: refused, saying so.
-    let err = open_url(&limited, Access::Create).await.err().expect("cannot create the table");
+    // No table, and no right to create one: the first acquire is refused, saying so.
+    let store = open_url(&limited, Access::Create).await.expect("opening makes nothing");
+    let err = store.acquire("x", "a", TTL).await.err().expect("cannot create the table");
     assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
     assert!(err.message.contains("does not exist") && err.message.contains("limited:***@"), "{}", err.message);
 
-    pg.open().await; // the owner creates it
+    // The owner creates it (`leaderrun init`).
+    let spec = StoreSpec::from_url(&pg.server.url()).unwrap();
+    leaderrun::store::url::prepare(&spec).await.expect("the owner may create the table");
     pg.server.psql_in("leaderrun", "GRANT SELECT, INSERT, UPDATE ON leaderrun_locks TO limited");
     let store = open_url(&limited, Access::Create).await.expect("SELECT, INSERT, UPDATE are enough");
     let lock = unique("limited");
@@ -184,18 +187,21 @@ async fn a_table_from_before_the_kept_column_gets_it() {
 }
 
 /// The table is not looked at when a store opens (that would cost every run a round trip): a
-/// run's acquire that finds it missing creates it and tries again.
+/// run's acquire that finds it missing (never made, or dropped since) creates it and tries
+/// again. Until then a missing table holds no locks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_acquire_that_finds_no_table_creates_it() {
     let pg = pg().await;
     let url = format!("{}?table=made_on_first_use", pg.server.url());
     let store = open_url(&url, Access::Create).await.unwrap();
-    pg.server.psql_in(servers::postgres::DATABASE, "DROP TABLE IF EXISTS made_on_first_use");
-    assert!(!table_exists(&pg.server, "made_on_first_use"));
+    assert!(!table_exists(&pg.server, "made_on_first_use"), "opening makes nothing");
+    assert!(!store.status("x").await.unwrap().is_held() && store.list().await.unwrap().is_empty());
     let lease = won(&*store, "x", "a", TTL).await;
     assert!(table_exists(&pg.server, "made_on_first_use"));
     store.release(&lease, Duration::ZERO).await.unwrap();
+    pg.server.psql_in(servers::postgres::DATABASE, "DROP TABLE made_on_first_use");
     won(&*store, "x", "b", TTL).await;
+    assert!(table_exists(&pg.server, "made_on_first_use"));
 }
 
 /// Values travel inside the statements' text (one round trip each): names that look like

@@ -19,11 +19,12 @@
 //! Round trips: every statement is one simple query with its values quoted in (`Sql::text`),
 //! so it costs one round trip, where a prepared statement costs two the first time (Parse
 //! and Describe, then Bind and Execute); no server-side prepared statement is left behind,
-//! so a transaction-pooling proxy needs no support for them. A run's open creates the table
-//! if needed (`CREATE TABLE IF NOT EXISTS`, one round trip: `leaderrun init` is that open), and
-//! its first call uses the connection open made; an acquire that finds the table missing
-//! (dropped since, SQLSTATE 42P01) creates it again and retries. A one-shot run is then one
-//! connection and three round trips: create-if-missing, acquire, release.
+//! so a transaction-pooling proxy needs no support for them. A run's first call uses the
+//! connection its open made, and the table is created only when an acquire misses it (SQLSTATE
+//! 42P01: never made, or dropped since), then the acquire is retried: checking at every open
+//! would cost every run a round trip for what happens once per database. `leaderrun init`
+//! creates it at once (`CREATE TABLE IF NOT EXISTS`). A one-shot run is then one connection
+//! and two round trips: acquire, release.
 //!
 //! Connection settings: the URL is parsed by sqlx (`PgConnectOptions::from_str`), which
 //! starts from libpq's environment variables — PGHOST (or PGHOSTADDR), PGPORT, PGUSER,
@@ -343,8 +344,9 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// Parse the URL, connect once (so a bad address, password or database is reported
-    /// here, before anything runs) and, with `Access::Create`, create the table if needed.
+    /// Parse the URL and connect once, so a bad address, password or database is reported
+    /// here, before anything runs. The table is made by the first acquire that misses it
+    /// (`prepare` makes it now).
     pub async fn open(target: &Target, access: Access) -> Result<Self> {
         let (shown, options, table) = (target.shown.clone(), target.options.clone(), &target.table);
         let pool = PgPoolOptions::new()
@@ -370,15 +372,21 @@ impl PostgresStore {
             existing_only: access == Access::Existing,
             table: table.clone(),
         };
-        let mut conn = match store.pool.acquire().await {
+        let conn = match store.pool.acquire().await {
             Ok(conn) => conn,
             Err(err) => return Err(store.explain_connect_failure(err).await),
         };
-        if access == Access::Create {
-            store.create_table(&mut conn, table).await?;
-        }
         store.slot = tokio::sync::Mutex::new(Some(conn));
         Ok(store)
+    }
+
+    /// `leaderrun init`: open, and create the table now if it is missing.
+    pub async fn prepare(target: &Target) -> Result<Self> {
+        let store = Self::open(target, Access::Create).await?;
+        let mut conn = store.conn("create-table").await?;
+        let made = store.create_table(&mut conn, &store.table).await;
+        conn.done(made.is_ok());
+        made.map(|()| store)
     }
 
     /// The pool retries refused connections until its timeout and then reports only
@@ -467,9 +475,10 @@ impl PostgresStore {
         }
     }
 
-    /// A missing table is no error for the commands that only look.
+    /// A missing table (never made, or dropped) holds no locks: no error for a call that
+    /// only looks at or gives up a lock.
     fn no_table(&self, err: &sqlx::Error) -> bool {
-        self.existing_only && sqlstate(err).as_deref() == Some("42P01")
+        sqlstate(err).as_deref() == Some("42P01")
     }
 
     /// The store's connection, made now if there is none.
@@ -637,7 +646,7 @@ impl PostgresStore {
                 Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
             }
             Ok(None) => Ok(Acquire::Held(self.read(&mut *conn, lock).await?)),
-            Err(err) if self.no_table(&err) => Ok(Acquire::Held(LockRecord::free(lock))),
+            Err(err) if self.existing_only && self.no_table(&err) => Ok(Acquire::Held(LockRecord::free(lock))),
             Err(err) => Err(self.error(err)),
         }
     }

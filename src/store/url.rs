@@ -277,6 +277,19 @@ pub async fn open(spec: &StoreSpec, access: Access) -> Result<Box<dyn Store>, St
     }
 }
 
+/// `leaderrun init`: open the store and make now what a run would make on first use (a
+/// PostgreSQL table; every other store makes what it needs as it opens).
+pub async fn prepare(spec: &StoreSpec) -> Result<Box<dyn Store>, StoreError> {
+    match spec {
+        #[cfg(feature = "postgres")]
+        StoreSpec::Postgres(target) => {
+            choose_crypto_provider();
+            Ok(Box::new(super::postgres::PostgresStore::prepare(target).await?))
+        }
+        _ => open(spec, Access::Create).await,
+    }
+}
+
 /// The store clients bring rustls with two crypto backends (ring, and aws-lc-rs through the
 /// ZooKeeper client's TLS); rustls then cannot pick one by itself and panics on the first TLS
 /// connection. Choose ring for the whole process, before any store connects.
