@@ -114,7 +114,7 @@ async fn least_privileges_select_insert_update() {
 
     // No table, and no right to create one: the first acquire is refused, saying so.
     let store = open_url(&limited, Access::Create).await.expect("opening makes nothing");
-    let err = store.acquire("x", "a", TTL).await.err().expect("cannot create the table");
+    let err = store.acquire("x", "a", TTL).await.expect_err("cannot create the table");
     assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
     assert!(err.message.contains("does not exist") && err.message.contains("limited:***@"), "{}", err.message);
 
