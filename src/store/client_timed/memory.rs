@@ -69,28 +69,40 @@ impl Server {
 
 pub struct MemoryRecords {
     server: Arc<Server>,
-    /// Every request, by kind, for tests that count them.
-    requests: Mutex<Vec<&'static str>>,
+    /// Every request, by kind, and when it was made, for tests that count them.
+    requests: Mutex<Vec<(&'static str, tokio::time::Instant)>>,
+    /// Act as a store that cannot watch and is polled this often (an object store).
+    polled: Option<Duration>,
 }
 
 impl MemoryRecords {
     pub fn new(clock: Arc<dyn Fn() -> SystemTime + Send + Sync>) -> Self {
         let server = Server { rows: Mutex::default(), clock, writes: watch::channel(0).0, epoch: watch::channel(0).0 };
-        Self { server: Arc::new(server), requests: Mutex::default() }
+        Self { server: Arc::new(server), requests: Mutex::default(), polled: None }
     }
 
     /// Another client of the same records, with a request count of its own.
     pub fn client(&self) -> Self {
-        Self { server: self.server.clone(), requests: Mutex::default() }
+        Self { server: self.server.clone(), requests: Mutex::default(), polled: None }
+    }
+
+    /// Another client of the same records that cannot watch, polled every `every`.
+    pub fn polled_client(&self, every: Duration) -> Self {
+        Self { polled: Some(every), ..self.client() }
     }
 
     fn log(&self, kind: &'static str) {
-        self.requests.lock().unwrap().push(kind);
+        self.requests.lock().unwrap().push((kind, tokio::time::Instant::now()));
     }
 
     /// How many requests of `kind` ("read", "create", "replace", "list", "changed", "watch") were made.
     pub fn count(&self, kind: &str) -> usize {
-        self.requests.lock().unwrap().iter().filter(|k| **k == kind).count()
+        self.requests.lock().unwrap().iter().filter(|(k, _)| *k == kind).count()
+    }
+
+    /// When each request of `kind` was made, in order.
+    pub fn times(&self, kind: &str) -> Vec<tokio::time::Instant> {
+        self.requests.lock().unwrap().iter().filter(|(k, _)| *k == kind).map(|(_, at)| *at).collect()
     }
 
     /// Delete the record with no precondition, as `kubectl delete lease` does.
@@ -139,6 +151,9 @@ impl Records for MemoryRecords {
     }
 
     async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {
+        if let Some(every) = self.polled {
+            return super::polls::until_moved(self, every, lock, version, max_wait).await;
+        }
         self.log("changed");
         let mut writes = self.server.writes.subscribe();
         // With no version seen, any write from now on counts.
@@ -155,7 +170,14 @@ impl Records for MemoryRecords {
         let _ = tokio::time::timeout(max_wait, wait).await;
     }
 
+    fn poll_every(&self) -> Option<Duration> {
+        self.polled
+    }
+
     async fn watch(&self, lock: &str, version: &Version) -> Result<Option<Feed>> {
+        if self.polled.is_some() {
+            return Ok(None);
+        }
         self.log("watch");
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let server = self.server.clone();

@@ -29,13 +29,16 @@
 //!   host's wall clock instead, and says so.
 //! - A waiting standby keeps one watch open on the lock where the store can watch
 //!   (`watchers.rs`): it re-judges the latest record the watch brought instead of reading
-//!   it again, so while the holder lives it makes no request beyond the watch.
+//!   it again, so while the holder lives it makes no request beyond the watch. Where the
+//!   store cannot watch, polls feed the same machinery (`polls.rs`): one read a poll, and
+//!   none after it.
 //! - `revoke` marks the record; the holder sees it at its next renewal, stops its child and
 //!   releases. Nobody else may take a revoked record before that (it changed, so standbys
 //!   watch it afresh). A kept record (no child runs under it) is freed at once.
 
 pub mod document;
 pub mod object_names;
+mod polls;
 mod records;
 pub mod server_clock;
 mod sightings;

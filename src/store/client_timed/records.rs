@@ -93,12 +93,25 @@ pub trait Records: Send + Sync {
     async fn list(&self) -> Result<Vec<(String, Record)>>;
     /// Return when the lock's record may have moved from `version` (a write or a
     /// deletion), or after `max_wait`. A spurious return is harmless: the caller re-reads.
-    async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration);
+    /// By default, reads every `poll_every` (`polls.rs`), or sleeps if the store gives none.
+    async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {
+        match self.poll_every() {
+            Some(every) => super::polls::until_moved(self, every, lock, version, max_wait).await,
+            None => tokio::time::sleep(max_wait).await,
+        }
+    }
     /// A feed of the lock's changes after `version`, if this store can watch. With one, an
     /// idle standby learns every change without asking: the core answers its re-checks
     /// from the feed and makes no request until the record is free or lapsed. `Ok(None)`:
     /// the store cannot watch, and the core waits with `changed` and reads.
     async fn watch(&self, _lock: &str, _version: &Version) -> Result<Option<Feed>> {
         Ok(None)
+    }
+    /// For a store that cannot watch: how often the core may read the record to feed its
+    /// changes as a watch would (one read a poll, and nothing more while the holder lives:
+    /// the core judges the latest read instead of reading again after each change). `None`:
+    /// the core waits with `changed` and reads.
+    fn poll_every(&self) -> Option<Duration> {
+        None
     }
 }

@@ -168,14 +168,15 @@ async fn client_gos_release_frees_at_once_and_tokens_outgrow_a_deleted_record() 
     assert!(third.token > second.token, "{} after {}", third.token, second.token);
 }
 
-/// As the elector waits: acquire, and when held, wait for a change for at most a second.
+/// As the elector waits: acquire, and when held, wait for a change (the store's `changed`
+/// returns by itself when the lease it saw would lapse), up to `until` in all.
 async fn wait_for_turn(store: &dyn Store, lock: &str, identity: &str, until: Duration) -> Option<Duration> {
     let started = tokio::time::Instant::now();
     while started.elapsed() < until {
         if let Acquire::Won(_) = store.acquire(lock, identity, TTL).await.unwrap() {
             return Some(started.elapsed());
         }
-        store.changed(lock, Duration::from_secs(1)).await;
+        store.changed(lock, until.saturating_sub(started.elapsed())).await;
     }
     None
 }
@@ -238,4 +239,56 @@ async fn a_holder_releases_with_one_write_and_a_keep_reads_the_servers_clock_fir
     holder.release(&lease, Duration::from_secs(10)).await.unwrap();
     assert_eq!(records.count("read") - before, 1, "a keep ends on the server's clock: read it");
     assert!(m.records.get("cron").unwrap().kept_until.is_some());
+}
+
+/// A client of the memory records that cannot watch and is polled every second.
+fn polled_client(m: &Memory) -> (Arc<MemoryRecords>, Arc<ClientTimed>) {
+    let records = Arc::new(m.records.polled_client(Duration::from_secs(1)));
+    let client = ClientTimed::with_clocks(records.clone(), Arc::new(TokioClock::new()), wall(Duration::ZERO, false));
+    (records, Arc::new(client))
+}
+
+/// Where the store cannot watch, an idle standby reads at most once a second, and a renewal
+/// its poll sees costs no second read: the poll's read is what the standby judges.
+#[tokio::test(start_paused = true)]
+async fn a_polled_standby_reads_at_most_once_a_second_and_still_sees_the_holder_die() {
+    let m = memory().await;
+    let (standby_records, standby) = polled_client(&m);
+    let holder = memory_client(&m);
+    let lease = take(&*holder, "job", "holder").await;
+    // The holder renews every 3 s for a minute, then dies.
+    tokio::spawn(async move {
+        for _ in 1..=20 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(holder.renew(&lease, TTL).await.unwrap(), crate::store::Renew::Renewed);
+        }
+    });
+    assert_eq!(wait_for_turn(&*standby, "job", "standby", Duration::from_secs(59)).await, None);
+    // The first look, then a poll every 1 to 1.5 s, and no other read: a re-read after a
+    // renewal a poll saw would follow that poll at once.
+    let reads = standby_records.times("read");
+    assert!((40..=60).contains(&reads.len()), "{} reads in 59 s", reads.len());
+    let closest = reads.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+    assert!(closest >= Duration::from_secs(1), "two reads {closest:?} apart");
+    assert_eq!(standby_records.count("replace") + standby_records.count("create"), 0);
+    // The last renewal was at 60 s: the standby takes over one observation after a poll saw it.
+    let taken = wait_for_turn(&*standby, "job", "standby", Duration::from_secs(60)).await.expect("taken over");
+    assert!(taken >= observation(10), "{taken:?}");
+    assert!(taken <= observation(10) + Duration::from_secs(3), "{taken:?}");
+}
+
+/// A release a poll sees is taken with one write and no read of its own.
+#[tokio::test(start_paused = true)]
+async fn a_release_seen_by_a_poll_is_taken_with_one_write() {
+    let m = memory().await;
+    let (standby_records, standby) = polled_client(&m);
+    let holder = memory_client(&m);
+    let lease = take(&*holder, "job", "holder").await;
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        holder.release(&lease, Duration::ZERO).await.unwrap();
+    });
+    let taken = wait_for_turn(&*standby, "job", "standby", Duration::from_secs(60)).await.expect("taken");
+    assert!(taken >= Duration::from_secs(5) && taken <= Duration::from_millis(6500), "{taken:?}");
+    assert_eq!(standby_records.count("replace"), 1, "one guarded write took it");
 }

@@ -1,6 +1,8 @@
 //! Feeds kept open while this client waits for a lock, so that an idle standby makes
 //! no request beyond its watch: every change arrives on the feed, and the core judges
-//! the latest record it brought instead of reading the record again.
+//! the latest record it brought instead of reading the record again. A store that cannot
+//! watch (an object store) gets a feed of polls: one read each time, nothing else. Without
+//! it, every renewal a poll noticed cost a second read when the standby re-checked.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,7 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::records::{Read, Records, Version};
+use super::polls;
+use super::records::{Feed, Read, Records, Version};
 use crate::clock::Clock;
 
 /// What one lock's feed has shown: the latest record and when it came.
@@ -71,7 +74,7 @@ impl Watchers {
             return Some(live);
         }
         let version = read.found.as_ref()?.version.clone();
-        let feed = records.watch(lock, &version).await.ok()??;
+        let feed = open_feed(records, lock, &version).await?;
         let watched = Arc::new(Watched { latest: Mutex::new(Some((read, clock.now()))), changes: watch::channel(0).0 });
         self.0.lock().unwrap().insert(lock.to_string(), watched.clone());
         tokio::spawn(drain(records.clone(), clock.clone(), lock.to_string(), feed, watched.clone()));
@@ -112,7 +115,7 @@ async fn drain(
             }
         }
         let reopened = match watched.version() {
-            Some(version) => records.watch(&lock, &version).await.ok().flatten(),
+            Some(version) => open_feed(&records, &lock, &version).await,
             None => None,
         };
         match reopened {
@@ -122,4 +125,12 @@ async fn drain(
     }
     watched.latest.lock().unwrap().take();
     watched.changes.send_modify(|n| *n += 1);
+}
+
+/// The lock's changes after `version`: the store's watch, or polls where it has none.
+async fn open_feed(records: &Arc<dyn Records>, lock: &str, version: &Version) -> Option<Feed> {
+    match records.watch(lock, version).await.ok()? {
+        Some(feed) => Some(feed),
+        None => Some(polls::feed(records.clone(), lock.to_string(), version.clone(), records.poll_every()?)),
+    }
 }

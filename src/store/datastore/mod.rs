@@ -21,9 +21,9 @@
 //!   what makes a delayed renewal safe where versions repeat (the emulator restarts its
 //!   version counter): the nonce in the comparison tells two records at one version apart.
 //! - list: `runQuery` of the kind in the namespace, page by page.
-//! - changed: Datastore mode cannot notify, so a waiter sends a `lookup` about once a second
-//!   (±50%) until the version differs or the wait is over: some 3,600 entity reads an hour
-//!   per waiting process.
+//! - waiting: Datastore mode cannot notify, so a standby's core sends a `lookup` every 1 to
+//!   1.5 s (`client_timed/polls.rs`) and judges what each read shows: at most 3,600 entity
+//!   reads an hour per waiting process, and nothing more when the holder renews.
 //!
 //! Deleting a lock's entity frees the lock at once (its holder sees it at its next renewal
 //! and stops its child). A run first checks that the server honours `baseVersion`
@@ -39,7 +39,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use rand::Rng;
 use serde_json::{json, Value};
 
 pub use entity::check_lock_name;
@@ -52,7 +51,7 @@ use crate::store::google::{GoogleApi, Service};
 use crate::store::url::Access;
 use crate::store::{Result, Store, StoreError};
 
-/// How often a waiter asks whether the entity changed (±50%, so waiters spread out).
+/// How often a waiting standby reads the entity (`Records::poll_every`: 1 to 1.5 × this).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 
 /// The Datastore store for `target`: the client-timed core over its entities, at the API
@@ -275,31 +274,7 @@ impl Records for DatastoreRecords {
         }
     }
 
-    async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {
-        if self.check(lock).is_err() {
-            return tokio::time::sleep(max_wait).await;
-        }
-        let deadline = tokio::time::Instant::now() + max_wait;
-        // With no version seen, any change from the first look counts.
-        let mut seen: Option<Option<Version>> = version.map(|v| Some(v.clone()));
-        let mut first = true;
-        loop {
-            let pause = POLL_EVERY.mul_f64(rand::rng().random_range(0.5..1.5));
-            if !(first && seen.is_none()) {
-                tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + pause)).await;
-            }
-            first = false;
-            if tokio::time::Instant::now() >= deadline {
-                return;
-            }
-            // A failed look (an outage) tells nothing: keep looking until the wait is over.
-            let Ok(read) = self.read(lock).await else { continue };
-            let now = read.found.map(|f| f.version);
-            match &seen {
-                Some(before) if *before != now => return,
-                Some(_) => {}
-                None => seen = Some(now),
-            }
-        }
+    fn poll_every(&self) -> Option<Duration> {
+        Some(POLL_EVERY)
     }
 }

@@ -15,10 +15,10 @@
 //!   changed; 404: it was deleted).
 //! - list: objects.list under the prefix; each item carries its metadata, so its record
 //!   (no read per lock).
-//! - changed: Cloud Storage cannot watch (Pub/Sub notifications need a topic and a
-//!   subscription: out of scope), so a waiter sends objects.get about once a second (±50%)
-//!   until the version differs or the wait is over: some 3,600 Class B operations an hour
-//!   per waiting process.
+//! - waiting: Cloud Storage cannot watch (Pub/Sub notifications need a topic and a
+//!   subscription: out of scope), so a standby's core reads the object every 1 to 1.5 s
+//!   (`client_timed/polls.rs`) and judges what each read shows: at most 3,600 Class B
+//!   operations an hour per waiting process, and nothing more when the holder renews.
 //!
 //! Every guarded write is a multipart upload, never a PATCH, a DELETE, a media or a
 //! resumable upload: fake-gcs-server 1.54 honours preconditions on multipart uploads only
@@ -45,7 +45,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use rand::Rng;
 
 pub use target::Target;
 
@@ -57,7 +56,7 @@ use crate::store::google::{GoogleApi, Service};
 use crate::store::url::Access;
 use crate::store::{Result, Store, StoreError};
 
-/// How often a waiter asks whether the object changed (±50%, so waiters spread out).
+/// How often a waiting standby reads the object (`Records::poll_every`: 1 to 1.5 × this).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How often a create asks the server's clock while it settles.
 const SETTLE_POLL: Duration = Duration::from_millis(250);
@@ -222,31 +221,8 @@ impl Records for GcsRecords {
         Ok(locks)
     }
 
-    async fn changed(&self, lock: &str, seen_version: Option<&Version>, max_wait: Duration) {
-        let Ok(name) = self.name(lock) else { return tokio::time::sleep(max_wait).await };
-        let deadline = tokio::time::Instant::now() + max_wait;
-        // With no version seen, any change from the first look counts.
-        let mut seen: Option<Option<Version>> = seen_version.map(|v| Some(v.clone()));
-        let mut first = true;
-        loop {
-            let pause = POLL_EVERY.mul_f64(rand::rng().random_range(0.5..1.5));
-            // The first look at once when there is no version to compare with.
-            if !(first && seen.is_none()) {
-                tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + pause)).await;
-            }
-            first = false;
-            if tokio::time::Instant::now() >= deadline {
-                return;
-            }
-            // A failed look (an outage) tells nothing: keep looking until the wait is over.
-            let Ok((object, _)) = self.bucket.get(&name).await else { continue };
-            let now = object.as_ref().map(version);
-            match &seen {
-                Some(before) if *before != now => return,
-                Some(_) => {}
-                None => seen = Some(now),
-            }
-        }
+    fn poll_every(&self) -> Option<Duration> {
+        Some(POLL_EVERY)
     }
 }
 

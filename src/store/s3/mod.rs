@@ -11,9 +11,9 @@
 //!   (`client_timed/server_clock.rs`); an object that changed or vanished meanwhile is a lost race.
 //! - replace: PutObject with `If-Match: ETAG` (412: it changed; 404: it was deleted).
 //! - list: ListObjectsV2 under the prefix, then GetObject of each lock's object.
-//! - changed: S3 cannot watch, so a waiter sends HeadObject about once a second (±50%)
-//!   until the ETag differs or the wait is over: some 3,600 HEADs an hour per waiting
-//!   process, plus a GetObject each time the holder renews.
+//! - waiting: S3 cannot watch, so a standby's core reads the object every 1 to 1.5 s
+//!   (`client_timed/polls.rs`) and judges what each read shows: at most 3,600 GetObjects
+//!   an hour per waiting process, and nothing more when the holder renews.
 //!
 //! Deleting a lock's object frees the lock at once (a holder sees it at its next renewal
 //! and stops its child), as `kubectl delete lease` does. AWS's 409
@@ -39,7 +39,6 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 pub use aws_config::ConfigLoader;
 use aws_sdk_s3::primitives::ByteStream;
-use rand::Rng;
 
 pub use target::Target;
 
@@ -51,7 +50,7 @@ use crate::store::client_timed::{client_timed, Found, Read, Record, Records, Ver
 use crate::store::url::Access;
 use crate::store::{Result, Store, StoreError};
 
-/// How often a waiter asks whether the object changed (±50%, so waiters spread out).
+/// How often a waiting standby reads the object (`Records::poll_every`: 1 to 1.5 × this).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How often a create asks the server's clock while it settles.
 const SETTLE_POLL: Duration = Duration::from_millis(250);
@@ -282,30 +281,8 @@ impl Records for S3Records {
         Ok(locks)
     }
 
-    async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {
-        let Ok(key) = self.key(lock) else { return tokio::time::sleep(max_wait).await };
-        let deadline = tokio::time::Instant::now() + max_wait;
-        // With no version seen, any change from the first look counts.
-        let mut seen: Option<Option<String>> = version.map(|v| Some(parse_version(v).1.to_string()));
-        let mut first = true;
-        loop {
-            let pause = POLL_EVERY.mul_f64(rand::rng().random_range(0.5..1.5));
-            // The first look at once when there is no version to compare with.
-            if !(first && seen.is_none()) {
-                tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + pause)).await;
-            }
-            first = false;
-            if tokio::time::Instant::now() >= deadline {
-                return;
-            }
-            // A failed look (an outage) tells nothing: keep looking until the wait is over.
-            let Ok((etag, _)) = self.head(&key).await else { continue };
-            match &seen {
-                Some(before) if *before != etag => return,
-                Some(_) => {}
-                None => seen = Some(etag),
-            }
-        }
+    fn poll_every(&self) -> Option<Duration> {
+        Some(POLL_EVERY)
     }
 }
 
