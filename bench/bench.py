@@ -1274,9 +1274,10 @@ WHY_NOT: dict[str, str] = {
         "PostgreSQL forks a backend for every connection (~2.5–3 ms under strace), and leaderrun's own floor "
         "(its exec and the child's, see the SQLite table) is ~2.5 ms: 5 ms leaves nothing for the server. "
         "Done: one connection per run (was two) and one round trip per statement (simple queries with quoted "
-        "values, was two), so a one-shot is a connect and three statements (create-if-missing, acquire, "
-        "release): 12.0 → 8.0 ms median on a quiet machine. Left: creating the table only on its first "
-        "miss (the acquire already recreates a dropped one) would save one round trip (~0.35 ms).",
+        "values, was two), and the table made by the first acquire that misses it rather than checked at "
+        "every open (was a round trip per run), so a one-shot is a connect and two statements (acquire, "
+        "release): 12.0 → 8.0 ms median on a quiet machine before the last step, which saves ~0.35 ms more. "
+        "What is left is PostgreSQL's own connection cost.",
     "oneshot-etcd":
         "a one-shot is the fewest requests etcd's leases allow: grant, a transaction, revoke (was 5); each "
         "is a Raft write that etcd fsyncs (fsync on, as shipped). `etcdctl lock` makes four (grant, put, "
@@ -1285,8 +1286,8 @@ WHY_NOT: dict[str, str] = {
         "need two writes, and a lease must be granted, bound to the key and given back.",
     "handoff":
         "S3, Cloud Storage and Datastore cannot watch: a waiter learns of a release at its next poll, "
-        "about once a second (jittered 0.5–1.5 s), which goal 4 caps at 1 request a second; a handoff there "
-        "is half a poll on average and a poll at worst. ZooKeeper's handoff is a chain of requests (the "
+        "every 1 to 1.5 s, which goal 4 caps at 1 request a second; a handoff there is half a poll on "
+        "average (~0.6 s) and a poll at worst. ZooKeeper's handoff is a chain of requests (the "
         "holder deletes its node; the waiter reads, creates its sequential node, lists the children and "
         "writes its token): about 15 per handoff counting the holder's, p50 ~10 ms, and its p99 moves with "
         "the load. Kubernetes here is the tests' API server, written in Python (29 ms at best). MariaDB "
@@ -1313,11 +1314,10 @@ WHY_NOT: dict[str, str] = {
         "of the executable's pages the fork inherits (mostly shared, file-backed) and the relocated data "
         "(1 MB of `.data.rel.ro` in this build). It peaks at 1.7 MiB in a SQLite-only build.",
     "idle":
-        "S3, Cloud Storage and Datastore cannot watch. The standby polls about once a second (jittered "
-        "0.5–1.5 s) and reads the record again after each change its poll sees: the holder renews every "
-        "5 s, so that adds 0.2–0.3 a second, and the total is 1.2–1.3 a second. A poll every 1.3 s would "
-        "meet 1 a second, at the cost of a third more handoff time on those stores. It was left at 1 s. "
-        "Every store that can watch or block sends nothing while idle.",
+        "S3, Cloud Storage and Datastore cannot watch. The standby reads the record every 1 to 1.5 s and "
+        "judges what each read shows, so a renewal costs it no second read (it did before: 1.2–1.3 "
+        "requests a second in the 2026-11-23 run); it cannot go below one poll a second without slowing "
+        "handoff and takeover on those stores. Every store that can watch or block sends nothing while idle.",
     "takeover":
         "ZooKeeper ends a crashed holder's lease by expiring its session, which must outlast the ttl by a "
         "quarter (the client library may be silent for a fifth of the session) plus a tick of the server, "
