@@ -187,7 +187,7 @@ pub const STORES: &[(&str, &str)] = &[
          checks and refuses a server that ignores them). Credentials, region and endpoint as the AWS CLI finds \
          them (AWS_* variables, AWS_PROFILE and ~/.aws, web identity, ECS, instance metadata); path-style \
          addressing when an endpoint is set. S3 ends no lease: a standby takes a lock whose object it has seen \
-         unchanged for ttl x 1.02 + 100 ms, a waiting standby asks about once a second, and deleting the object \
+         unchanged for ttl x 1.02 + 100 ms, a waiting standby reads it every 1 to 1.5 s, and deleting the object \
          frees the lock at once. Fencing tokens follow the server's Date (seconds x 1,000,000), so they outlive a \
          deleted object. A 403 exits 69.",
     ),
@@ -199,7 +199,7 @@ pub const STORES: &[(&str, &str)] = &[
          one that does not. Credentials as Google's client libraries find them (GOOGLE_APPLICATION_CREDENTIALS, \
          gcloud auth application-default login, the metadata server); STORAGE_EMULATOR_HOST names an emulator. \
          Cloud Storage ends no lease: a standby takes a lock whose object it has seen unchanged for ttl x 1.02 + \
-         100 ms, a waiting standby asks about once a second, and deleting the object frees the lock at once. \
+         100 ms, a waiting standby reads it every 1 to 1.5 s, and deleting the object frees the lock at once. \
          Fencing tokens follow the server's Date (seconds x 1,000,000), as on s3://. Google allows about one \
          write per second to one object: keep --renew-every at 1 s or more (--ttl 3s or more). A 401, 403 or \
          missing bucket exits 69.",
@@ -215,7 +215,7 @@ pub const STORES: &[(&str, &str)] = &[
          entity in a transaction and commits it only if it is unchanged (version and a random nonce, with \
          baseVersion as well): a run checks and refuses a server that ignores baseVersion (the Firestore \
          emulator does). Datastore ends no lease: a standby takes a lock whose entity it has seen unchanged for \
-         ttl x 1.02 + 100 ms, a waiting standby looks about once a second, and deleting the entity frees the lock \
+         ttl x 1.02 + 100 ms, a waiting standby reads it every 1 to 1.5 s, and deleting the entity frees the lock \
          at once. Fencing tokens follow the entity versions, which only grow, so they outlive a deleted entity. \
          --min-hold is judged on the server's read time (the emulator has none: this host's clock). 401 and 403 \
          exit 69.",
