@@ -42,8 +42,8 @@
 //!   first. etcd renews a lease to its GRANTED TTL (the acquire's ceil(ttl), or etcd's
 //!   minimum, see below); the elector renews with the ttl it acquired with.
 //! - release: revoking the lease, which deletes the key attached to it (waiters' watches see
-//!   the DELETE), and with it the lease of the queue entry the holder had as a waiter (its
-//!   key is gone already: one more request, in the same round trip); a store that did not
+//!   the DELETE); the lease of the queue entry the holder had as a waiter (its key is gone
+//!   already) goes with its first renewal, or after the release's revoke; a store that did not
 //!   take the lease itself reads the key and deletes it in a transaction guarded by the mod
 //!   revision read, then revokes the lease. With --min-hold the key is instead re-put on a
 //!   new lease of the time left, marked `kept`, which keeps its create revision (the token).
@@ -60,15 +60,16 @@
 //!   keep-alive of its entry when it waits again after a safety-net re-read.
 //!   When the lock key is deleted, the first waiter in line returns at once; the one with `n`
 //!   live entries before its own returns after `n` staggers of 50 ms unless the watch shows a
-//!   new holder first. So a handoff costs 4 requests however many wait (the winner's grant
-//!   and transaction, the holder's two revokes), where each waiter acting at every release
-//!   cost about 2 per waiter. Why every waiter watches the lock key rather than only its
-//!   predecessor's entry, as etcd's `concurrency.Mutex` does: a waiter killed without cleanup
-//!   (SIGKILL, OOM) would stall the one behind it until its entry's lease lapsed (2 min
-//!   here); here it costs the waiters behind it one stagger, once, and the waiter that takes
-//!   the lock in its place deletes its entry. The price: every waiter's process is woken by
-//!   every release and new holder (pushed events, no requests), which a host running a
-//!   hundred waiters feels as CPU, not as store load.
+//!   new holder first. So a handoff costs 4 requests however many wait (the release's revoke,
+//!   the winner's grant and transaction, and later the revoke of its queue entry's lease),
+//!   where each waiter acting at every release cost about 2 per waiter.
+//!   Why every waiter watches the lock key rather than only its predecessor's entry, as etcd's
+//!   `concurrency.Mutex` does: a waiter killed without cleanup (SIGKILL, OOM, a CI job
+//!   cancelled with its pipeline) would stall the one behind it until its entry's lease
+//!   lapsed (2 min here); here it costs the waiters behind it one stagger, once, and the
+//!   waiter that takes the lock in its place deletes its entry. The price: etcd pushes every
+//!   release and every new holder to every waiter (three events per handoff each, no
+//!   requests), which with a hundred waiters on one host is CPU that lengthens the handoff.
 //!
 //! Expiry is judged by the etcd leader's lessor on its own monotonic clock; after a leader
 //! change the new leader extends every lease by a full TTL (leases only ever last longer,
@@ -155,7 +156,7 @@ pub struct EtcdStore {
     /// so that an idle standby sends nothing once it is set up.
     waiting: tokio::sync::Mutex<Option<Waiting>>,
     /// The queue entry's lease of a waiter that won: it has no key left (the acquire deleted
-    /// the entry), and is revoked together with the lock's lease at release.
+    /// the entry), and is revoked with the first renewal, or after the release.
     spent: Mutex<Option<Place>>,
     /// The cluster refused the queue keys: this store waits without a queue (see `wait`).
     queue_refused: AtomicBool,
@@ -466,7 +467,10 @@ impl Store for EtcdStore {
             success: vec![],
             failure: vec![wire::get(&key)],
         };
-        let (checked, alive) = tokio::join!(self.txn("renew-check", txn), self.keep_alive(held.lease_id));
+        // A waiter that won still has its queue entry's lease (the entry itself is gone): it
+        // goes with the first renewal, in the same round trip, not on the handoff's path.
+        let (checked, alive, ()) =
+            tokio::join!(self.txn("renew-check", txn), self.keep_alive(held.lease_id), self.leave(self.spent()));
         let checked = checked?;
         let alive = if checked.succeeded {
             alive?
@@ -489,14 +493,12 @@ impl Store for EtcdStore {
         if let (Some(held), true) = (self.remembered(lease), keep.is_zero()) {
             // One request: revoking the etcd lease deletes the key attached to it (waiters'
             // watches see the DELETE) and nothing else. A key some other lease holds is
-            // untouched, and a lease that has lapsed is gone already. The spent queue lease
-            // of a waiter that won goes at the same time.
-            let (revoked, ()) = tokio::join!(
-                self.call("lease-revoke", self.connection.lease_revoke(held.lease_id)),
-                self.leave(self.spent())
-            );
-            revoked?;
+            // untouched, and a lease that has lapsed is gone already. A queue entry's lease
+            // still left from this store's wait (a hold shorter than a renewal) goes after it:
+            // sent together, the two Raft writes could delay the DELETE that wakes the next.
+            self.call("lease-revoke", self.connection.lease_revoke(held.lease_id)).await?;
             self.forget(lease);
+            self.leave(self.spent()).await;
             return Ok(());
         }
         self.forget(lease);
