@@ -175,9 +175,11 @@ async fn tls_errors_say_what_went_wrong() {
     );
 }
 
-/// A waiting standby keeps one watch across `changed` calls: it is opened from the revision
-/// of the acquire that found the lock held (no read of its own), then nothing is sent while
-/// the lock stays held, and a release still wakes the standby.
+/// A waiting standby keeps its queue entry and one watch stream across `changed` calls. The
+/// first wait sets them up: a lease for the entry, one transaction (the entry, and the lock
+/// key and the queue read at one revision) and a stream with two watchers (the lock key and
+/// the queue) from the next revision. Then nothing is sent while the lock stays held, and a
+/// release still wakes the standby.
 #[tokio::test]
 async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
     let (requests, _counting) = count_requests();
@@ -188,7 +190,7 @@ async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
     held(&*b, &lock, "b").await;
     let before = requests.count();
     b.changed(&lock, Duration::from_millis(200)).await;
-    assert_eq!(requests.count() - before, 1, "the first wait opens the watch, and reads nothing");
+    assert_eq!(requests.count() - before, 4, "the first wait joins the queue and opens the watch");
     let before = requests.count();
     for _ in 0..5 {
         b.changed(&lock, Duration::from_millis(200)).await;
@@ -231,4 +233,74 @@ async fn a_one_shot_run_takes_three_requests() {
     let lease = won(&*store, &unique("one-shot"), "a", TTL).await;
     store.release(&lease, Duration::ZERO).await.unwrap();
     assert_eq!(requests.count(), 3);
+}
+
+#[tokio::test]
+async fn an_idle_standby_sends_nothing() {
+    let (requests, _counting) = count_requests();
+    conformance::an_idle_standby_sends_nothing(&etcd().await, &requests).await;
+}
+
+/// The waiters queue: a release wakes the first one, and the others wake only if it lets its
+/// turn pass, so a handoff costs a few requests however many wait (about 100 with a herd).
+#[tokio::test]
+async fn a_hundred_waiters_each_get_their_turn_once() {
+    let (requests, _counting) = count_requests();
+    conformance::a_hundred_waiters_take_turns(&etcd().await, &requests, 2.0..10.0).await;
+}
+
+/// The keys of one lock's queue entries, as etcdctl lists them.
+fn queue_entries(h: &EtcdHarness, lock: &str) -> Vec<String> {
+    let keys = h.server.etcdctl(&["get", "--prefix", "--keys-only", &format!("/leaderrun/queue/{lock}/")]);
+    keys.lines().filter(|line| !line.trim().is_empty()).map(str::to_string).collect()
+}
+
+/// Wait until the lock's queue has `n` entries.
+async fn until_queued(h: &EtcdHarness, lock: &str, n: usize) {
+    let started = std::time::Instant::now();
+    while queue_entries(h, lock).len() != n {
+        assert!(started.elapsed() < conformance::SOON, "the queue never had {n} entries: {:?}", queue_entries(h, lock));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A waiter that vanishes without a word (its process SIGKILLed: no cleanup, and its queue
+/// entry stays, on a lease nobody renews) does not stall the waiter behind it until the entry
+/// lapses: a release wakes that one a stagger later, and its win clears both entries. Queue
+/// entries are not locks: `list` does not show them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vanished_waiter_does_not_stall_the_one_behind_it() {
+    let h = etcd().await;
+    let (a, gone, b) = (h.open().await, h.open().await, h.open().await);
+    let lock = unique("vanished");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*gone, &lock, "gone").await;
+    let killed = {
+        let (gone, lock) = (gone.clone(), lock.clone());
+        tokio::spawn(async move { gone.changed(&lock, Duration::from_secs(3600)).await })
+    };
+    until_queued(&h, &lock, 1).await;
+    killed.abort();
+    let _ = killed.await;
+    drop(gone);
+
+    held(&*b, &lock, "b").await;
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move { b.changed(&lock, Duration::from_secs(3600)).await })
+    };
+    until_queued(&h, &lock, 2).await;
+    let listed = a.list().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|r| r.lock.as_str()).filter(|name| name.contains(lock.as_str())).collect();
+    assert_eq!(names, [lock.as_str()], "queue entries are not locks");
+
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    // Far sooner than the vanished entry's lease could lapse (two minutes).
+    tokio::time::timeout(conformance::SOON, waiter).await.expect("the release never woke the waiter behind").unwrap();
+    won(&*b, &lock, "b", TTL).await;
+    assert_eq!(
+        queue_entries(&h, &lock),
+        Vec::<String>::new(),
+        "the winner left the queue and cleared the vanished entry"
+    );
 }

@@ -144,18 +144,23 @@ impl Connection {
         .await
     }
 
-    /// Open a watch. The request side stays open (etcd would end the watch with it), until
-    /// the returned stream is dropped.
+    /// Open one watch stream with a watcher for each create request: their events arrive on the
+    /// one stream, each carrying its key. The request side stays open (etcd would end the
+    /// watchers with it), until the returned stream is dropped.
     pub async fn watch(
         &self,
-        create: wire::WatchCreateRequest,
+        creates: Vec<wire::WatchCreateRequest>,
     ) -> std::result::Result<Streaming<wire::WatchResponse>, Status> {
         self.with_token(|mut grpc, token| {
-            let request =
-                wire::WatchRequest { request_union: Some(wire::WatchRequestUnion::CreateRequest(create.clone())) };
+            let requests: Vec<_> = creates
+                .iter()
+                .map(|create| wire::WatchRequest {
+                    request_union: Some(wire::WatchRequestUnion::CreateRequest(create.clone())),
+                })
+                .collect();
             async move {
                 ready(&mut grpc).await?;
-                let requests = stream::iter([request]).chain(stream::pending());
+                let requests = stream::iter(requests).chain(stream::pending());
                 let path = PathAndQuery::from_static(path::WATCH);
                 Ok(grpc.streaming(with(Request::new(requests), token), path, ProstCodec::default()).await?.into_inner())
             }

@@ -1,11 +1,17 @@
 //! etcd store: `--store etcd://[user:pass@]host:2379[,host2:2379...][/prefix]`.
 //!
-//! Two keys per lock name (the name verbatim: etcd keys are bytes):
+//! Two keys per lock name (the name verbatim: etcd keys are bytes), and the waiters' queue:
 //! - `{prefix}lock/{name}`: exists while the lock is taken; value `{holder, lease_id,
 //!   acquired_ms, revoked, kept}` (JSON), attached to an etcd lease of the holder's TTL, so
 //!   etcd deletes it when the lease lapses.
 //! - `{prefix}token/{name}`: empty, never deleted, rewritten in the same transaction that
 //!   creates the lock key. It remembers the latest token once the lock key is gone.
+//! - `{prefix}queue/{name}/{lease id, 16 hex digits}`: empty, one per waiting store, on an
+//!   etcd lease of that waiter's own (2 min, kept alive only when it waits again after the
+//!   elector's safety net); its create revision is its place. Only a hint of whose turn it is
+//!   after a release (see `queue`): nothing reads it to decide who holds the lock, `list` and
+//!   `status` never see it, and an older leaderrun neither writes nor reads it (it waits as
+//!   every waiter did before: acting at each release).
 //!
 //! What etcd guarantees and this store relies on for its one compare-and-set: transactions
 //! are linearizable (serialized through Raft; reads here are linearizable too, the default),
@@ -16,9 +22,10 @@
 //!
 //! - acquire: grant a lease of ceil(ttl) seconds, then one transaction:
 //!   `create_revision(lock) == 0` (the key does not exist) → put it with the lease and
-//!   touch the token key; otherwise read who holds it (and revoke the unused lease). A free
-//!   lock costs these two round trips; a standby re-checking a lock its watch has not seen
-//!   freed reads it first instead.
+//!   touch the token key (and, for a waiter, delete its queue entry and those it passed);
+//!   otherwise read who holds it (and revoke the unused lease). A free lock costs these two
+//!   round trips; a standby re-checking a lock when it was not first in line at a release
+//!   reads it first instead.
 //! - fencing token = the lock key's create revision. A key is only ever created anew by an
 //!   acquisition (a re-put keeps it), so every acquisition gets a larger revision than all
 //!   before it, across releases and expiries; the token key's mod revision is that same
@@ -35,18 +42,34 @@
 //!   first. etcd renews a lease to its GRANTED TTL (the acquire's ceil(ttl), or etcd's
 //!   minimum, see below); the elector renews with the ttl it acquired with.
 //! - release: revoking the lease, which deletes the key attached to it (waiters' watches see
-//!   the DELETE); a store that did not take the lease itself reads the key and deletes it in
-//!   a transaction guarded by the mod revision read, then revokes the lease. With --min-hold
-//!   the key is instead re-put on a new lease of the time left, marked `kept`, which keeps its
-//!   create revision (the token).
+//!   the DELETE); the lease of the queue entry the holder had as a waiter (its key is gone
+//!   already) goes with its first renewal, or after the release's revoke; a store that did not
+//!   take the lease itself reads the key and deletes it in a transaction guarded by the mod
+//!   revision read, then revokes the lease. With --min-hold the key is instead re-put on a
+//!   new lease of the time left, marked `kept`, which keeps its create revision (the token).
 //! - revoke: a guarded re-put with `revoked: true` that keeps the lease: nothing is freed
 //!   while a child may run. A `kept` lock has no child and no holder left: its lease is
 //!   revoked, which frees it at once.
 //! - abandon: the trait's status-then-release, which from any client deletes the key and
 //!   revokes the etcd lease it names.
-//! - changed: a watch on the lock key from the revision of the read that found it held, so
-//!   a delete between the read and the watch is not missed. The watch stays open across
-//!   waits (closed when the lock is won): an idle standby sends nothing.
+//! - changed (`wait`): the first wait joins the queue (a lease and one transaction that puts
+//!   the entry and reads the lock key and the queue at one revision) and opens one watch
+//!   stream with two watchers, the lock key and the queue, from the next revision, so that
+//!   nothing between the read and the watch is missed: 4 requests. The watch and the entry
+//!   stay across waits (closed when the lock is won): an idle standby sends nothing, bar one
+//!   keep-alive of its entry when it waits again after a safety-net re-read.
+//!   When the lock key is deleted, the first waiter in line returns at once; the one with `n`
+//!   live entries before its own returns after `n` staggers of 50 ms unless the watch shows a
+//!   new holder first. So a handoff costs 4 requests however many wait (the release's revoke,
+//!   the winner's grant and transaction, and later the revoke of its queue entry's lease),
+//!   where each waiter acting at every release cost about 2 per waiter.
+//!   Why every waiter watches the lock key rather than only its predecessor's entry, as etcd's
+//!   `concurrency.Mutex` does: a waiter killed without cleanup (SIGKILL, OOM, a CI job
+//!   cancelled with its pipeline) would stall the one behind it until its entry's lease
+//!   lapsed (2 min here); here it costs the waiters behind it one stagger, once, and the
+//!   waiter that takes the lock in its place deletes its entry. The price: etcd pushes every
+//!   release and every new holder to every waiter (three events per handoff each, no
+//!   requests), which with a hundred waiters on one host is CPU that lengthens the handoff.
 //!
 //! Expiry is judged by the etcd leader's lessor on its own monotonic clock; after a leader
 //! change the new leader extends every lease by a full TTL (leases only ever last longer,
@@ -69,11 +92,14 @@
 //! hand so that building needs no `protoc`.
 
 mod client;
+mod queue;
 mod target;
+mod wait;
 mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -86,6 +112,7 @@ pub use target::{Target, DEFAULT_PREFIX};
 use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use client::{store_error, Connection, REQUEST_TIMEOUT};
+use wait::{Place, Waiting};
 use wire::{path, KeyValue, RangeRequest, TxnRequest, TxnResponse};
 
 /// Guarded writes retried this often when the key changes under them before giving up.
@@ -125,22 +152,14 @@ pub struct EtcdStore {
     shown: String,
     /// For each lease this store took or renewed, (lock, token, identity) → where it stood then.
     held: Mutex<HashMap<(String, u64, String), Held>>,
-    /// The watch a waiting campaign keeps open across `changed` calls, so that an idle
-    /// standby sends nothing once it is set up.
-    watching: tokio::sync::Mutex<Option<Watching>>,
-    /// For each lock, the store revision at which this store last found it held: a watch
-    /// opened from the next revision misses no release made after that read.
-    read_at: Mutex<HashMap<String, i64>>,
-}
-
-/// A watch for the DELETE of one lock key, kept while this store waits for that lock.
-struct Watching {
-    lock: String,
-    stream: tonic::Streaming<wire::WatchResponse>,
-    /// The last `changed` returned because the watch saw the key deleted (or the watch is new):
-    /// the next acquire expects a free lock. Otherwise the caller re-reads on its own schedule
-    /// and the lock is most likely still held.
-    woke: bool,
+    /// What a waiting campaign keeps across `changed` calls (its queue entry and its watch),
+    /// so that an idle standby sends nothing once it is set up.
+    waiting: tokio::sync::Mutex<Option<Waiting>>,
+    /// The queue entry's lease of a waiter that won: it has no key left (the acquire deleted
+    /// the entry), and is revoked with the first renewal, or after the release.
+    spent: Mutex<Option<Place>>,
+    /// The cluster refused the queue keys: this store waits without a queue (see `wait`).
+    queue_refused: AtomicBool,
 }
 
 /// What a renewal compares against: the etcd lease the key is attached to, and the key's
@@ -168,8 +187,9 @@ impl EtcdStore {
             prefix: target.prefix.clone(),
             shown,
             held: Default::default(),
-            watching: Default::default(),
-            read_at: Default::default(),
+            waiting: Default::default(),
+            spent: Default::default(),
+            queue_refused: Default::default(),
         })
     }
 
@@ -314,84 +334,48 @@ impl EtcdStore {
         Ok(self.txn(op, txn).await?.succeeded)
     }
 
-    /// The revision of this store's last read that found `lock` held, if any.
-    fn note_read(&self, lock: &str, revision: Option<i64>) {
-        let mut read_at = self.read_at.lock().unwrap_or_else(PoisonError::into_inner);
-        match revision {
-            Some(revision) => read_at.insert(lock.to_string(), revision),
-            None => read_at.remove(lock),
-        };
-    }
-
-    /// Whether this store has a watch on `lock` that has seen no DELETE since the caller last
-    /// read it: the lock is then most likely still held, and an acquire reads before it
+    /// Whether this store waits on `lock` and its last wait did not end with it first in line
+    /// at a release: the lock is then most likely still held, and an acquire reads before it
     /// grants a lease (which it would have to revoke).
     fn quietly_watching(&self, lock: &str) -> bool {
-        match self.watching.try_lock() {
+        match self.waiting.try_lock() {
             Ok(slot) => slot.as_ref().is_some_and(|w| w.lock == lock && !w.woke),
             Err(_) => false,
         }
     }
 
-    /// A waiting campaign is over (this store holds the lock now): close the watch.
-    fn stop_watching(&self) {
-        if let Ok(mut slot) = self.watching.try_lock() {
-            *slot = None;
+    /// The queue keys an acquire of `lock` deletes if it wins: this store's entry and those it
+    /// passed (none if it does not wait on `lock`).
+    fn leaving(&self, lock: &str) -> Vec<Vec<u8>> {
+        match self.waiting.try_lock() {
+            Ok(slot) => slot.as_ref().filter(|w| w.lock == lock).map(Waiting::leaving).unwrap_or_default(),
+            Err(_) => Vec::new(),
         }
     }
 
-    /// Return once the lock key may be gone. The watch is kept open across calls (one per
-    /// store, for the lock waited on): an idle standby sends nothing while it waits. It is
-    /// opened from the revision of this store's last read that found the lock held (else
-    /// from a read of its own), so a release between that read and the watch is not missed;
-    /// a DELETE seen while no call was waiting makes the next call return at once, and the
-    /// caller re-reads (harmless). A watch that fails or ends is dropped and opened anew.
-    async fn wait_deleted(&self, lock: &str) -> Result<()> {
-        let mut slot = self.watching.lock().await;
-        if slot.as_ref().is_none_or(|w| w.lock != lock) {
-            *slot = None;
-            let read_at = self.read_at.lock().unwrap_or_else(PoisonError::into_inner).get(lock).copied();
-            let from = match read_at {
-                Some(revision) => revision + 1,
-                None => {
-                    let key = self.lock_key(lock).into_bytes();
-                    let request = RangeRequest { key, ..Default::default() };
-                    let read: wire::RangeResponse =
-                        self.call("get", self.connection.unary(path::RANGE, request)).await?;
-                    if read.kvs.is_empty() {
-                        return Ok(());
-                    }
-                    read.header.map_or(0, |h| h.revision) + 1
-                }
-            };
-            let key = self.lock_key(lock).into_bytes();
-            let create = wire::WatchCreateRequest { key, start_revision: from, filters: vec![wire::FILTER_NOPUT] };
-            // Opening the stream is bounded like any call; waiting on it is bounded by the caller.
-            let stream = self.call("watch", self.connection.watch(create)).await?;
-            *slot = Some(Watching { lock: lock.to_string(), stream, woke: false });
-        }
-        let Some(watching) = slot.as_mut() else {
-            return Ok(());
-        };
-        watching.woke = false;
-        loop {
-            match watching.stream.message().await {
-                Ok(Some(answer)) if answer.events.iter().any(|e| e.r#type == wire::EVENT_DELETE) => {
-                    watching.woke = true;
-                    return Ok(());
-                }
-                // Cancelled (its start revision was compacted away, say): the caller re-reads.
-                Ok(Some(answer)) if answer.canceled => break,
-                Ok(Some(_)) => continue,
-                Ok(None) => break,
-                Err(status) => {
-                    *slot = None;
-                    return Err(store_error(&self.shown, &status));
-                }
+    /// An acquire found `lock` held in a read at `revision`: if this store waits on it, the
+    /// turn its watch may still show as open is over.
+    fn note_held(&self, lock: &str, revision: Option<i64>) {
+        if let (Ok(mut slot), Some(revision)) = (self.waiting.try_lock(), revision) {
+            if let Some(waiting) = slot.as_mut().filter(|w| w.lock == lock) {
+                waiting.held_at(revision);
             }
         }
-        *slot = None;
-        Ok(())
+    }
+
+    /// A waiting campaign is over (this store holds the lock now): close the watch, and keep
+    /// the queue entry's lease to revoke at release.
+    fn stop_watching(&self) {
+        if let Ok(mut slot) = self.waiting.try_lock() {
+            if let Some(place) = slot.take().and_then(Waiting::into_place) {
+                *self.spent.lock().unwrap_or_else(PoisonError::into_inner) = Some(place);
+            }
+        }
+    }
+
+    /// The lease of this store's spent queue entry, if any (once).
+    fn spent(&self) -> Option<Place> {
+        self.spent.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 
@@ -411,23 +395,29 @@ impl Store for EtcdStore {
             if let Some(kv) = read.kvs.first() {
                 let record = self.record(lock, kv).await?;
                 if record.is_held() {
-                    self.note_read(lock, read.header.map(|h| h.revision));
+                    self.note_held(lock, read.header.map(|h| h.revision));
                     return Ok(Acquire::Held(record));
                 }
             }
         }
+        // A waiter that wins leaves the queue in the same transaction, with the entries it
+        // passed: the others see the new holder and the queue's change at one revision.
+        let leaving = self.leaving(lock);
         let lease_id = self.grant(ttl).await?;
         let value =
             Value { holder: identity.to_string(), lease_id, acquired_ms: now_ms(), revoked: false, kept: false };
         let key = self.lock_key(lock).into_bytes();
         let txn = TxnRequest {
             compare: vec![wire::create_revision_is(&key, 0)],
-            // Answers: 0 the put, 1 the token key's put, 2 the key as written.
-            success: vec![
+            // Answers: 0 the put, 1 the token key's put, 2 the key as written, then the queue's.
+            success: [
                 wire::put(&key, self.encode(&value)?, lease_id),
                 wire::put(self.token_key(lock).as_bytes(), Vec::new(), 0),
                 wire::get(&key),
-            ],
+            ]
+            .into_iter()
+            .chain(leaving.iter().map(|entry| wire::delete(entry)))
+            .collect(),
             failure: vec![wire::get(&key)],
         };
         let resp = match self.txn("acquire", txn).await {
@@ -445,10 +435,9 @@ impl Store for EtcdStore {
             self.remember(&lease, Held { lease_id, mod_revision });
             // A holder waits for nothing: its watch would only pile up events.
             self.stop_watching();
-            self.note_read(lock, None);
             return Ok(Acquire::Won(lease));
         }
-        self.note_read(lock, resp.header.as_ref().map(|h| h.revision));
+        self.note_held(lock, resp.header.as_ref().map(|h| h.revision));
         // The unused lease is revoked while the holder's time left is read: one round trip.
         let record = async {
             match resp.range(0).first() {
@@ -478,7 +467,10 @@ impl Store for EtcdStore {
             success: vec![],
             failure: vec![wire::get(&key)],
         };
-        let (checked, alive) = tokio::join!(self.txn("renew-check", txn), self.keep_alive(held.lease_id));
+        // A waiter that won still has its queue entry's lease (the entry itself is gone): it
+        // goes with the first renewal, in the same round trip, not on the handoff's path.
+        let (checked, alive, ()) =
+            tokio::join!(self.txn("renew-check", txn), self.keep_alive(held.lease_id), self.leave(self.spent()));
         let checked = checked?;
         let alive = if checked.succeeded {
             alive?
@@ -501,12 +493,16 @@ impl Store for EtcdStore {
         if let (Some(held), true) = (self.remembered(lease), keep.is_zero()) {
             // One request: revoking the etcd lease deletes the key attached to it (waiters'
             // watches see the DELETE) and nothing else. A key some other lease holds is
-            // untouched, and a lease that has lapsed is gone already.
+            // untouched, and a lease that has lapsed is gone already. A queue entry's lease
+            // still left from this store's wait (a hold shorter than a renewal) goes after it:
+            // sent together, the two Raft writes could delay the DELETE that wakes the next.
             self.call("lease-revoke", self.connection.lease_revoke(held.lease_id)).await?;
             self.forget(lease);
+            self.leave(self.spent()).await;
             return Ok(());
         }
         self.forget(lease);
+        self.leave(self.spent()).await;
         for _ in 0..MAX_RACES {
             let Some(kv) = self.get_lock(&lease.lock).await? else {
                 return Ok(());
@@ -546,9 +542,6 @@ impl Store for EtcdStore {
             ..Default::default()
         };
         let resp = self.txn("status", txn).await?;
-        if !resp.range(0).is_empty() {
-            self.note_read(lock, resp.header.as_ref().map(|h| h.revision));
-        }
         match (resp.range(0).first(), resp.range(1).first()) {
             (Some(kv), _) => self.record(lock, kv).await,
             (None, token) => Ok(Self::free_record(lock, token)),
@@ -608,7 +601,7 @@ impl Store for EtcdStore {
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        super::watch_at_most(self.wait_deleted(lock), max_wait).await
+        super::watch_at_most(self.wait_turn(lock), max_wait).await
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Event {
     pub kv: Option<KeyValue>,
 }
 
+/// `Event.EventType.PUT` (a key created or rewritten).
+pub const EVENT_PUT: i32 = 0;
 /// `Event.EventType.DELETE`.
 pub const EVENT_DELETE: i32 = 1;
 
@@ -174,19 +176,17 @@ pub enum WatchRequestUnion {
     CreateRequest(WatchCreateRequest),
 }
 
+/// `WatchCreateRequest`: one key, or `[key, range_end)`, from a revision on. No filters: both
+/// puts and deletes are wanted.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WatchCreateRequest {
     #[prost(bytes = "vec", tag = "1")]
     pub key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub range_end: Vec<u8>,
     #[prost(int64, tag = "3")]
     pub start_revision: i64,
-    /// `FILTER_NOPUT` and the like (a packed repeated enum).
-    #[prost(int32, repeated, tag = "5")]
-    pub filters: Vec<i32>,
 }
-
-/// `WatchCreateRequest.FilterType.NOPUT`: no events for puts.
-pub const FILTER_NOPUT: i32 = 0;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WatchResponse {
@@ -410,10 +410,10 @@ mod tests {
         assert_eq!(put.encode_to_vec(), [0x12, 8, 0x0a, 1, b'k', 0x12, 1, b'v', 0x18, 7]);
         let keep = put_keeping_lease(b"k", Vec::new());
         assert_eq!(keep.encode_to_vec(), [0x12, 5, 0x0a, 1, b'k', 0x30, 1]);
-        // A watch from revision 9 with the NOPUT filter (packed repeated enum, field 5).
-        let create = WatchCreateRequest { key: b"k".to_vec(), start_revision: 9, filters: vec![FILTER_NOPUT] };
+        // A watch of the range [k, l) from revision 9.
+        let create = WatchCreateRequest { key: b"k".to_vec(), range_end: b"l".to_vec(), start_revision: 9 };
         let watch = WatchRequest { request_union: Some(WatchRequestUnion::CreateRequest(create)) };
-        assert_eq!(watch.encode_to_vec(), [0x0a, 8, 0x0a, 1, b'k', 0x18, 9, 0x2a, 1, 0]);
+        assert_eq!(watch.encode_to_vec(), [0x0a, 8, 0x0a, 1, b'k', 0x12, 1, b'l', 0x18, 9]);
     }
 
     #[test]
