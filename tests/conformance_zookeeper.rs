@@ -282,9 +282,12 @@ async fn a_waiter_behind_a_vanished_waiter_still_gets_its_turn() {
     let lease = won(&*a, &lock, "a", TTL).await;
     // First in the queue (it watches the holder), then the one behind it (it watches the first).
     held(&*vanishing, &lock, "vanishing").await;
-    vanishing.changed(&lock, Duration::from_millis(200)).await;
+    vanishing.changed(&lock, Duration::from_secs(1)).await;
     held(&*behind, &lock, "behind").await;
-    behind.changed(&lock, Duration::from_millis(200)).await;
+    behind.changed(&lock, Duration::from_secs(1)).await;
+    let raw = zookeeper_client::Client::connect(&format!("127.0.0.1:{}", h.server.port())).await.unwrap();
+    let queue = raw.list_children(&format!("/leaderrun/{lock}/queue")).await.unwrap();
+    assert_eq!(queue.len(), 2, "both wait in the queue: {queue:?}");
     // The one behind waits on, far longer than the test's bound: only the queue can end its wait.
     let waiting = {
         let (behind, lock) = (behind.clone(), lock.clone());
