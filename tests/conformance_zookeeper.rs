@@ -67,11 +67,18 @@ async fn errors_say_what_went_wrong_without_the_password() {
     assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed);
     store.release(&lease, Duration::ZERO).await.unwrap();
 
+    // A command that reads (status, list, release) finds a wrong password when it opens the store;
+    // a run at its first request, its acquire (ZooKeeper's digest scheme accepts any password at
+    // connect: only the nodes' ACLs refuse it).
     let wrong = format!("zk://app:hunter2x@127.0.0.1:{port}");
-    check(open_url(&wrong, Access::Create).await.err().unwrap(), ErrorKind::Refused, "app:***@");
     check(open_url(&wrong, Access::Existing).await.err().unwrap(), ErrorKind::Refused, "not authorized");
+    let run = open_url(&wrong, Access::Create).await.expect("a run opens without a request");
+    check(run.acquire(&lock, "b", TTL).await.unwrap_err(), ErrorKind::Refused, "app:***@");
+    check(run.acquire(&unique("auth-new"), "b", TTL).await.unwrap_err(), ErrorKind::Refused, "not authorized");
     let anonymous = format!("zk://127.0.0.1:{port}");
-    check(open_url(&anonymous, Access::Create).await.err().unwrap(), ErrorKind::Refused, "not authorized");
+    check(open_url(&anonymous, Access::Existing).await.err().unwrap(), ErrorKind::Refused, "not authorized");
+    let run = open_url(&anonymous, Access::Create).await.unwrap();
+    check(run.acquire(&lock, "b", TTL).await.unwrap_err(), ErrorKind::Refused, "not authorized");
 
     let closed = format!("zk://app:hunter2@127.0.0.1:{}", servers::free_port());
     check(open_url(&closed, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "***");
@@ -244,10 +251,88 @@ async fn abandon_clears_a_child_left_behind_the_holder() {
 }
 
 /// A waiting standby keeps its watch on the holder's node across `changed` calls: after the
-/// first wait (list and watch) nothing is sent while the holder lives; a release still wakes it.
+/// first wait (joining the queue, reading it, a watch, its next lease's session) nothing is sent
+/// while the holder lives; a release still wakes it.
 #[tokio::test]
 async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
     let (requests, _counting) = count_requests();
     let h = zk().await;
     conformance::an_idle_standby_sends_nothing(&h, &requests).await;
 }
+
+/// Waiters queue, each watching the one ahead of it: a release wakes one waiter, which reads the
+/// lock and takes it (a multi-op); the holder's release deletes its child and its place in the
+/// queue in one multi-op. Three requests per handoff, however many wait (a herd woken at every
+/// release would send about a hundred times more).
+#[tokio::test]
+async fn a_hundred_waiters_each_get_their_turn_once() {
+    let (requests, _counting) = count_requests();
+    let h = zk().await;
+    conformance::a_hundred_waiters_take_turns(&h, &requests, 2.0..10.0).await;
+}
+
+/// The queue is only a hint: a waiter that died without a word (its store dropped, as a SIGKILLed
+/// process leaves it) holds up the one behind it only until its reads session times out (4 s),
+/// which then gets the lock after a release that nobody heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_behind_a_vanished_waiter_still_gets_its_turn() {
+    let h = zk().await;
+    let (a, vanishing, behind) = (h.open().await, h.open().await, h.open().await);
+    let lock = unique("vanished");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    // First in the queue (it watches the holder), then the one behind it (it watches the first).
+    held(&*vanishing, &lock, "vanishing").await;
+    vanishing.changed(&lock, Duration::from_secs(1)).await;
+    held(&*behind, &lock, "behind").await;
+    behind.changed(&lock, Duration::from_secs(1)).await;
+    let raw = zookeeper_client::Client::connect(&format!("127.0.0.1:{}", h.server.port())).await.unwrap();
+    let queue = raw.list_children(&format!("/leaderrun/{lock}/queue")).await.unwrap();
+    assert_eq!(queue.len(), 2, "both wait in the queue: {queue:?}");
+    // The one behind waits on, far longer than the test's bound: only the queue can end its wait.
+    let waiting = {
+        let (behind, lock) = (behind.clone(), lock.clone());
+        tokio::spawn(async move { behind.changed(&lock, Duration::from_secs(3600)).await })
+    };
+    drop(vanishing);
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(SOON, waiting).await.expect("the waiter behind the vanished one was never woken").unwrap();
+    let next = won(&*behind, &lock, "behind", TTL).await;
+    assert!(next.token > lease.token);
+}
+
+/// A one-shot run on a free lock:
+/// 1. connect: the reads session, whose granted timeout bounds the servers' tick;
+/// 2. list the lock's children (none: free; a held lock would cost one read of the holder's);
+/// 3. connect: the lease's own session (ttl + 25% + a tick);
+/// 4. one multi-op: the child, and the token into the lock's node, guarded by its version as
+///    listed (or the lock's node made with it, on a lock name's first run); the child's sequence
+///    number is the count of children created that the list saw, so it is the only child;
+/// 5. one multi-op: release, deleting the child (with --min-hold, replacing it).
+///
+/// Without --ttl, `longest_ttl` connects the session the default ttl's lease needs, and the
+/// lease then uses it: still five.
+#[tokio::test]
+async fn a_one_shot_run_takes_five_requests() {
+    let (requests, _counting) = count_requests();
+    let h = zk().await;
+    // An earlier run on another lock made the root.
+    let earlier = h.open().await;
+    let lease = won(&*earlier, &unique("earlier"), "earlier", TTL).await;
+    earlier.release(&lease, Duration::ZERO).await.unwrap();
+
+    let lock = unique("one-shot");
+    let before = requests.count();
+    let store = h.open().await;
+    let lease = won(&*store, &lock, "a", TTL).await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    assert_eq!(requests.count() - before, 5, "the first run of a lock name, with --ttl");
+
+    let before = requests.count();
+    let store = h.open().await;
+    let ttl = store.longest_ttl().await.unwrap().expect("ZooKeeper limits sessions");
+    let lease = won(&*store, &lock, "b", ttl).await;
+    store.release(&lease, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(requests.count() - before, 5, "a later run, without --ttl, with --min-hold");
+    assert_eq!(h.open().await.status(&lock).await.unwrap().holder.as_deref(), Some("b"), "kept for --min-hold");
+}
+

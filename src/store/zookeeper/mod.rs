@@ -8,30 +8,49 @@
 //!   hand**: the tokens of that lock would start again.
 //! - `{root}/{lock}/lease-NNNNNNNNNN`: ephemeral sequential children, data `{holder, acquired_ms,
 //!   revoked, session_timeout_ms}` (JSON). The lowest-numbered child holds the lock.
+//! - `{root}/{lock}/queue/w-{session}-NNNNNNNNNN`: the lock's queue of waiters, one ephemeral
+//!   sequential node per waiting store (`queue.rs`). Only a hint of whose turn it is: who holds
+//!   the lock is decided by the lease children alone. Under its own node, so it has a sequence
+//!   counter of its own (the lock's tokens do not move on with it) and `list` never sees it.
 //!
-//! The lease is a ZooKeeper session. Each acquisition gets a session of its own whose timeout is
-//! the ttl + 25% + the servers' tick (in ms, rounded up; see `session_for` for why); its child
-//! lives as long as that session does. ZooKeeper's leader expires a session when it has heard
-//! nothing from its client for the session timeout, on its own clock, and rounds that up to the
-//! next expiry bucket (a tick); after a leader change or a restart every session gets a fresh full
-//! timeout. Expiry is only ever later, never earlier. The protocol does not carry the tick: the
-//! store bounds it by half the timeout the servers grant its first session, which asks for 4 s
-//! (a server grants at least its `minSessionTimeout`, 2 ticks by default; see `tick_bound`). If
-//! the server negotiates a timeout SHORTER than asked (its `maxSessionTimeout`, 20 ticks by
-//! default), acquire is refused: the server could expire the lease before the holder's deadline;
-//! `longest_ttl` learns that limit by asking for a session longer than any. A longer one (its
-//! `minSessionTimeout`) is safe: takeover is slower.
+//! Sessions. A store first connects its reads session (asking 4 s): reads, watches and its place
+//! in a queue, never a lease. The lease is a ZooKeeper session: each acquisition gets a session of
+//! its own whose timeout is the ttl + 25% + the servers' tick (in ms, rounded up; see
+//! `session_for` for why); its child lives as long as that session does. ZooKeeper's leader
+//! expires a session when it has heard nothing from its client for the session timeout, on its
+//! own clock, and rounds that up to the next expiry bucket (a tick); after a leader change or a
+//! restart every session gets a fresh full timeout. Expiry is only ever later, never earlier. The
+//! protocol does not carry the tick: the store bounds it by half the timeout the servers grant its
+//! reads session (a server grants at least its `minSessionTimeout`, 2 ticks by default; see
+//! `tick_bound`). If the server negotiates a lease's session SHORTER than asked (its
+//! `maxSessionTimeout`, 20 ticks by default), acquire is refused: the server could expire the
+//! lease before the holder's deadline. A longer one (its `minSessionTimeout`) is safe: takeover
+//! is slower. Without --ttl, `longest_ttl` connects the session the default ttl's lease needs:
+//! granted, the default fits (the servers are asked no more); cut short, what they granted is
+//! their maxSessionTimeout, and the longest ttl within it is used. That session then serves the
+//! lease, as does the session of a lease released or of an acquire that lost (the spare).
 //!
-//! - acquire: read first (a held lock needs no write); else create an ephemeral sequential child
-//!   and list the children: if ours is the lowest, the lock is ours (the recipe of ZooKeeper's
-//!   lock: the lowest existing child wins, so of many contenders exactly one does); if not, ours is
-//!   deleted again and the lowest one's record returned.
+//! - acquire: read first, on the reads session: the lock's children, and the lowest one's data if
+//!   there is one (a held lock needs no write, nor a lease session). A free lock is taken on the
+//!   lease's session by one multi-op: it creates an ephemeral sequential child and writes into the
+//!   lock's node the token that child gets if no other child was created since the read, guarded
+//!   by the node's data version as read (so of contenders that read the same free lock, one
+//!   creates; the others read again). On a lock name's first acquire, the same multi-op creates
+//!   the lock's node (with that token) and then the child. A child's sequence number is the count of children ever
+//!   created under the node, which only grows, and the read tells that count (`next_sequence`): if
+//!   ours equals it, no child was created between the read, which saw none, and ours, so ours is
+//!   the only child, the lowest, and the lock is ours. That holds however stale the read was (a
+//!   server behind the leader): the count pins the moment read. Otherwise the children are listed,
+//!   as in ZooKeeper's lock recipe: the lowest existing child wins, so of many contenders exactly
+//!   one does; if ours is not the lowest it is deleted again and the lowest one's record returned.
 //! - fencing token = the child's sequence number + 1 (so that 0 stays "never acquired"). Sequence
-//!   numbers come from the parent's child counter, which only grows while the parent exists, and a
-//!   later winner always has a later child. The winner writes its token into the parent's data
-//!   (guarded by the data version, only ever larger). That counter is a signed 32-bit integer
-//!   that every child creation and deletion moves on: after about a billion acquisitions of ONE
-//!   lock name it would wrap, so such a lock then needs a new name (or path).
+//!   numbers come from the parent's count of children created, which only grows while the parent
+//!   exists, and a later winner always has a later child. The token written with the create is
+//!   only ever larger than the one stored: every child created before the read has a smaller
+//!   number, and no token was written since (the version guard). If the count moved, the winner
+//!   writes its own token after listing (guarded by the data version, only ever larger). The
+//!   count is a signed 32-bit integer: after about a billion acquisitions of ONE lock name it
+//!   would wrap, so such a lock then needs a new name (or path).
 //! - renew: `sync`, then read our child ON THE SESSION THAT OWNS IT: gone → lost; revoked or
 //!   another holder → lost (with the record); else renewed. The request itself tells the server
 //!   the session is alive, so the leader cannot expire it before send time + ttl (`session_for`);
@@ -43,18 +62,46 @@
 //!   once `ttl` has passed since the latest renewal request that succeeded. A renewal through
 //!   another client (any client may renew with the lease) only confirms that the child exists, is
 //!   ephemeral and is not revoked: it cannot touch the owner's session.
-//! - release: delete our child (waiters watching it wake up). With --min-hold and time left, one
-//!   multi-op replaces the ephemeral child with a persistent one at the same path, data
-//!   `{..., keep_until_ms}`: it outlives the session, and an acquirer that finds it lowest and
-//!   past `keep_until_ms` on ITS wall clock deletes it (guarded by version) and tries again.
+//! - release: one multi-op deletes our child and our node in the lock's queue, if we have one
+//!   (the waiters watching either wake up to a free lock). It is guarded by the child's version
+//!   as this store created (or last renewed) it, and needs no read first: the store knows the
+//!   child's data; after a revoke, or through another client, the child is read first. A session
+//!   that is reconnecting (a process resumed after a freeze) is waited for, up to 2 s, rather than
+//!   leaving the lock to lapse with the session. With --min-hold and time left, the same multi-op
+//!   replaces the ephemeral child with a persistent one at the same path, data `{...,
+//!   keep_until_ms}`: it outlives the session, and an acquirer that finds it lowest and past
+//!   `keep_until_ms` on ITS wall clock deletes it (guarded by version) and tries again.
 //! - revoke: set `revoked` in the holder's child, guarded by version: nothing is freed. A --min-hold
 //!   child (persistent: its child has exited, no session holds it) is deleted instead, which frees
 //!   the lock at once.
 //! - abandon (after an acquire whose answer never came): delete every child of the lock that
 //!   carries this run's identity, the holder's or one waiting behind it.
-//! - changed: a watch on the lowest child (the holder: the "predecessor" of every contender), for
-//!   its deletion or change. It is kept across waits until it fires (closed when the lock is
-//!   won), so an idle standby sends nothing while its holder lives.
+//! - changed: the first wait joins the lock's queue (a create on the reads session, a list of the
+//!   queue; the first in it also lists the lock's children) and connects its next lease's session
+//!   (so that its turn does not wait for a connect). Each waiter then watches the node just ahead
+//!   of it in the queue, and the first the holder's child, for its deletion or change. The watch
+//!   is kept across waits until it fires (closed when the lock is won), so an idle standby sends
+//!   nothing while its holder lives. A store that wins keeps its place until it releases: its
+//!   release wakes the one behind it alone, which reads the lock and takes it, so a handoff costs
+//!   three requests (the release, a read, the acquiring multi-op) however many wait. A waiter
+//!   woken to a lock still held (the one ahead gave up or died, or another contender won) watches
+//!   anew: it lists the queue, and the lock's children if first, and sets one watch.
+//!
+//! What the queue costs when a store dies or goes away without a word (SIGKILL, a lost network,
+//! a waiter whose --timeout ran out: the store never closes a session): its queue node stays until
+//! its reads session times out, 4 s (or the servers' minSessionTimeout if longer) and up to a
+//! tick. The one behind it then wakes and finds its place; meanwhile a release that only the
+//! vanished one watched wakes nobody, so a handoff can wait that long (at most: the elector also
+//! re-reads at least once a minute). A holder that dies loses its queue node after those 4 s, and
+//! its lease when the lease's session expires (later, unless the ttl is very short): the next
+//! waiter wakes to a lock still held, watches the lease's child and wakes again when it expires.
+//!
+//! Requests (each connect counted as one: the server creates a session). A one-shot run on a free
+//! lock: connect the reads session, list the lock's children, connect the lease's session (with no
+//! --ttl, `longest_ttl` connects it), the multi-op that takes it, the multi-op that releases it:
+//! five, the first run on a lock name too. A one-shot run that finds the lock held: connect, list,
+//! read the holder's child: three (four without --ttl). A waiting store: a read (two requests)
+//! when the elector's safety net asks, nothing else while its holder lives.
 //!
 //! What is guaranteed: ZooKeeper orders all writes through its leader (linearizable writes,
 //! acknowledged by a quorum). Reads are served by the server a client is connected to, which may
@@ -69,9 +116,10 @@
 //! exits or dies without release leaves its lease until its session times out, like a killed
 //! process (the store never closes a session: a dropped store's leases lapse on their own).
 //! A minSessionTimeout configured below 2 ticks makes the tick bound too short: not supported.
-//! Servers before 3.5 are not supported. A run opens two connections (reads and watches; its
-//! lease), and a third for a moment to learn the longest session when no --ttl is given;
-//! ZooKeeper limits the connections per client address (`maxClientCnxns`, 60 by default).
+//! Servers before 3.5 are not supported. A run opens two connections (its reads session; its
+//! lease's); ZooKeeper limits the connections per client address (`maxClientCnxns`, 60 by
+//! default). A run finds a wrong password at its first request (its acquire), other commands when
+//! they open the store.
 //!
 //! Auth: `user:pass@` is ZooKeeper's `digest` scheme; nodes are then created with a creator-only
 //! ACL, so other credentials can neither read nor change them (ZooKeeper keeps no list of users:
@@ -83,12 +131,13 @@
 //! from `url::redact`.
 //!
 //! Files: `target.rs` the URL and TLS, `names.rs` lock names as node names, `sessions.rs` the
-//! session pool, `nodes.rs` reading and taking a lock's nodes, `errors.rs` ZooKeeper's errors in
-//! one line; the `Store` calls are here.
+//! sessions, `nodes.rs` reading and taking a lock's nodes, `queue.rs` the waiters' queue and
+//! their watches, `errors.rs` ZooKeeper's errors in one line; the `Store` calls are here.
 
 mod errors;
 mod names;
 mod nodes;
+mod queue;
 mod sessions;
 mod target;
 mod timeouts;
@@ -98,16 +147,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
-use zookeeper_client::{CreateMode, Error as ZkError, TlsOptions};
+use zookeeper_client::{CreateMode, Error as ZkError, MultiWriteError, TlsOptions};
 
 use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use crate::timing::DEFAULT_TTL;
 use names::decode;
-use nodes::{now_ms, Attempt, Lookup, Value, MAX_RACES};
-use sessions::{Held, Inner, Zk};
+use nodes::{now_ms, Attempt, Look, Lookup, Seen, Value, MAX_RACES};
+use sessions::{reconnected, Held, Inner, Zk};
 use target::tls_options;
 pub use target::{Target, DEFAULT_ROOT};
-use timeouts::{ceil_ms, longest_ttl_within, session_for, tick_bound, SPARE_SESSION};
+use timeouts::{ceil_ms, longest_ttl_within, session_for, tick_bound, READS_SESSION};
 
 pub struct ZooKeeperStore {
     hosts: String,
@@ -119,18 +169,32 @@ pub struct ZooKeeperStore {
     /// The URL without its password, for messages.
     shown: String,
     inner: Arc<Mutex<Inner>>,
-    /// The most the servers' tick can be (from the first session's timeout: `tick_bound`).
+    /// The most the servers' tick can be (from the reads session's timeout: `tick_bound`).
     tick: Duration,
-    /// The longest session the servers grant, once asked (`longest_ttl`).
-    longest_session: tokio::sync::OnceCell<Duration>,
-    /// The watch a waiting campaign keeps across `changed` calls (`nodes::Watching`).
-    watching: tokio::sync::Mutex<Option<nodes::Watching>>,
+    /// The longest ttl a run without --ttl may use, once learned (`longest_ttl`).
+    longest_ttl: tokio::sync::OnceCell<Duration>,
+    /// This store's place in a lock's queue of waiters (`queue.rs`).
+    place: Mutex<Option<queue::Place>>,
+    /// The watch a waiting campaign keeps across `changed` calls (`queue::Watching`).
+    watching: tokio::sync::Mutex<Option<queue::Watching>>,
+}
+
+/// How a release in one step went.
+enum Released {
+    Done,
+    /// Our place in the queue was gone already: again without it.
+    PlaceGone,
+    /// Our child changed (revoked) or is gone: read it first.
+    Changed,
 }
 
 impl ZooKeeperStore {
-    /// Parse the URL and connect (with the digest credentials, if a user is given), then read the
-    /// root once, so an unreachable ensemble or a wrong password is reported here, before anything
-    /// runs. Nothing is created until a lock is acquired (only with `Access::Create`).
+    /// Parse the URL and connect the reads session (with the digest credentials, if a user is
+    /// given), which bounds the servers' tick: an unreachable ensemble is reported here, before
+    /// anything runs. A command that only reads or revokes (`Access::Existing`) also reads the
+    /// root, so that a wrong password is reported here too; a run finds it at its first request,
+    /// which is its acquire, before anything runs as well. Nothing is created until a lock is
+    /// acquired (only with `Access::Create`).
     pub async fn open(target: &Target, access: Access) -> Result<Self> {
         let shown = target.shown.clone();
         let tls = match &target.tls {
@@ -146,18 +210,98 @@ impl ZooKeeperStore {
             shown,
             inner: Arc::new(Mutex::new(Inner::default())),
             tick: Duration::ZERO,
-            longest_session: tokio::sync::OnceCell::new(),
+            longest_ttl: tokio::sync::OnceCell::new(),
+            place: Mutex::new(None),
             watching: Default::default(),
         };
-        let zk = store.connect(SPARE_SESSION).await?;
+        let zk = store.connect(READS_SESSION).await?;
         store.tick = tick_bound(zk.granted());
-        let root = store.root.clone();
-        match store.req("open", &zk, |c| c.get_data(&root)).await {
-            Ok(_) | Err(ZkError::NoNode) => {}
-            Err(e) => return Err(store.error("open", &e)),
+        if access != Access::Create {
+            let root = store.root.clone();
+            match store.req("open", &zk, |c| c.get_data(&root)).await {
+                Ok(_) | Err(ZkError::NoNode) => {}
+                Err(e) => return Err(store.error("open", &e)),
+            }
         }
-        store.inner.lock().unwrap().spare = Some(zk);
+        store.inner.lock().unwrap().reads = Some(zk);
         Ok(store)
+    }
+
+    fn session_too_short(&self, ttl: Duration, wanted: Duration, granted: Duration) -> StoreError {
+        // The server could expire the lease before its holder's deadline. It clamped the
+        // timeout asked for to its longest: what it granted is that.
+        StoreError::refused(format!(
+            "zookeeper store {}: a --ttl of {} needs sessions of {} ms (ttl + 25% + a tick of at most {} ms), \
+             but the server grants at most {} ms (its maxSessionTimeout, 20 ticks by default): use a --ttl of \
+             at most {}, or raise maxSessionTimeout",
+            self.shown,
+            humantime::format_duration(ttl),
+            wanted.as_millis(),
+            self.tick.as_millis(),
+            granted.as_millis(),
+            humantime::format_duration(longest_ttl_within(granted, self.tick)),
+        ))
+    }
+
+    /// The longest ttl a run without --ttl may use. The store connects the session a lease of the
+    /// default ttl needs: if the servers grant it, the default fits and they are asked no more
+    /// (that would take another session); if they cut it short, what they granted is their
+    /// maxSessionTimeout, and the longest ttl within it is returned. Either way that session is
+    /// kept as the spare: the run's lease uses it, so learning this costs no session of its own.
+    async fn learn_longest_ttl(&self) -> Result<Duration> {
+        let wanted = session_for(DEFAULT_TTL, self.tick);
+        let zk = self.connect(wanted).await?;
+        let granted = zk.granted();
+        self.give_back(zk);
+        Ok(if granted >= wanted { DEFAULT_TTL } else { longest_ttl_within(granted, self.tick) })
+    }
+
+    /// Release in one multi-op: our child is deleted (or replaced by the --min-hold child), and
+    /// our node in the lock's queue with it, so the next waiter wakes to a free lock. Guarded by
+    /// the child's version as this store last saw it: a revoke has changed it.
+    async fn release_in_one(
+        &self,
+        zk: &Zk,
+        path: &str,
+        held: (&Value, i32),
+        keep: Duration,
+        place: Option<&str>,
+    ) -> std::result::Result<Released, ZkError> {
+        let (value, version) = held;
+        let until_ms = value.acquired_ms.saturating_add(keep.as_millis() as u64);
+        let kept = (!keep.is_zero() && until_ms > now_ms())
+            .then(|| serde_json::to_vec(&Value { keep_until_ms: Some(until_ms), ..value.clone() }).unwrap());
+        let options = CreateMode::Persistent.with_acls(self.acls());
+        let outcome = self
+            .req("release", zk, |c| {
+                let mut multi = c.new_multi_writer();
+                let mut added = multi.add_delete(path, Some(version));
+                if let Some(data) = &kept {
+                    added = added.and_then(|()| multi.add_create(path, data, &options));
+                }
+                if let Some(place) = place {
+                    added = added.and_then(|()| multi.add_delete(place, None));
+                }
+                async move {
+                    added?;
+                    Ok(multi.commit().await)
+                }
+            })
+            .await;
+        let place_index = if kept.is_some() { 2 } else { 1 };
+        match outcome {
+            Ok(Ok(_)) => Ok(Released::Done),
+            Ok(Err(MultiWriteError::OperationFailed { index, source: ZkError::NoNode }))
+                if place.is_some() && index == place_index =>
+            {
+                Ok(Released::PlaceGone)
+            }
+            Ok(Err(MultiWriteError::OperationFailed { index: 0, source: ZkError::BadVersion | ZkError::NoNode })) => {
+                Ok(Released::Changed)
+            }
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -165,43 +309,64 @@ impl ZooKeeperStore {
 impl Store for ZooKeeperStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         let (ttl, wanted) = (Duration::from_millis(ceil_ms(ttl)), session_for(ttl, self.tick));
-        let zk = self.take_session(wanted).await?;
-        if zk.granted() < wanted {
-            // The server could expire the lease before its holder's deadline. It clamped the
-            // timeout asked for to its longest: what it granted is that.
-            let message = format!(
-                "zookeeper store {}: a --ttl of {} needs sessions of {} ms (ttl + 25% + a tick of at most {} ms), \
-                 but the server grants at most {} ms (its maxSessionTimeout, 20 ticks by default): use a --ttl of \
-                 at most {}, or raise maxSessionTimeout",
-                self.shown,
-                humantime::format_duration(ttl),
-                wanted.as_millis(),
-                self.tick.as_millis(),
-                zk.granted().as_millis(),
-                humantime::format_duration(longest_ttl_within(zk.granted(), self.tick)),
-            );
-            self.give_back(zk);
-            return Err(StoreError::refused(message));
+        self.inner.lock().unwrap().wanted = Some(wanted);
+        if let Some(granted) = self.spare_cut_short(wanted) {
+            return Err(self.session_too_short(ttl, wanted, granted));
         }
-        let sent = Instant::now();
-        match self.acquire_on(&zk, lock, identity).await {
-            Ok(Attempt::Won(lease)) => {
-                let path = self.lease_path(&lease).expect("a won lease has a token");
-                let held = Held { zk, ttl, renewed_at: sent };
-                self.inner.lock().unwrap().leases.insert(path.clone(), held);
-                self.expire_unrenewed(path);
-                self.stop_watching();
-                Ok(Acquire::Won(lease))
-            }
-            Ok(Attempt::Held(record, clean)) => {
-                if clean {
-                    self.give_back(zk);
+        let reads = self.read_session().await?;
+        for _ in 0..MAX_RACES {
+            // A read first: a held lock needs no write (and no lease session).
+            let seen = match self.look(&reads, lock).await? {
+                Look::Free(seen) => seen,
+                Look::Held(record) => return Ok(Acquire::Held(record)),
+                // The first acquire of this lock name: its node is made with the child.
+                Look::Missing if self.access == Access::Create => Seen::MISSING,
+                Look::Missing => {
+                    return Err(StoreError::refused(format!(
+                        "zookeeper store {}: {} does not exist",
+                        self.shown, self.root
+                    )))
                 }
-                Ok(Acquire::Held(record))
+                Look::KeepOver { path, stat } => {
+                    // A --min-hold child whose time has passed: clear it and look again.
+                    match self.req("delete-kept", &reads, |c| c.delete(&path, Some(stat.version))).await {
+                        Ok(()) | Err(ZkError::NoNode) | Err(ZkError::BadVersion) => continue,
+                        Err(e) => return Err(self.error("delete-kept", &e)),
+                    }
+                }
+            };
+            let zk = self.take_session(wanted).await?;
+            if zk.granted() < wanted {
+                let granted = zk.granted();
+                self.give_back(zk);
+                return Err(self.session_too_short(ttl, wanted, granted));
             }
-            // The session is dropped: a child an ambiguous create may have left lapses with it.
-            Err(e) => Err(e),
+            let sent = Instant::now();
+            match self.create_lease(&zk, lock, identity, seen).await {
+                Ok(Attempt::Won(lease, value)) => {
+                    let path = self.lease_path(&lease).expect("a won lease has a token");
+                    let held = Held { zk, ttl, renewed_at: sent, value, version: 0 };
+                    self.inner.lock().unwrap().leases.insert(path.clone(), held);
+                    self.expire_unrenewed(path);
+                    self.stop_watching();
+                    return Ok(Acquire::Won(lease));
+                }
+                Ok(Attempt::Held(record, clean)) => {
+                    if clean {
+                        self.give_back(zk);
+                    }
+                    return Ok(Acquire::Held(record));
+                }
+                Ok(Attempt::Raced) => self.give_back(zk),
+                Ok(Attempt::NoRoot) => {
+                    self.give_back(zk);
+                    self.ensure_node(&reads, &self.root).await?;
+                }
+                // The session is dropped: a child an ambiguous create may have left lapses with it.
+                Err(e) => return Err(e),
+            }
         }
+        Err(StoreError::unavailable(format!("zookeeper store {}: lock {lock:?} kept changing", self.shown)))
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
@@ -264,6 +429,7 @@ impl Store for ZooKeeperStore {
             Some(held) => {
                 held.renewed_at = held.renewed_at.max(sent);
                 held.ttl = ttl;
+                held.version = stat.version;
                 Ok(Renew::Renewed)
             }
             // Given up while the request was out.
@@ -275,38 +441,60 @@ impl Store for ZooKeeperStore {
         let Some(path) = self.lease_path(lease) else {
             return Ok(());
         };
-        let own = self.inner.lock().unwrap().leases.get(&path).map(|held| held.zk.clone()).filter(Zk::live);
-        let zk = match &own {
-            Some(zk) => zk.clone(),
+        let own = self
+            .inner
+            .lock()
+            .unwrap()
+            .leases
+            .get(&path)
+            .filter(|held| held.zk.live() && held.value.holder == lease.identity)
+            .map(|held| (held.zk.clone(), held.value.clone(), held.version));
+        let mut place = self.place_path(&lease.lock);
+        let mut lost_connection = false;
+        if let Some((zk, value, version)) = &own {
+            // Our own lease, as this store created it: no read first.
+            for _ in 0..3 {
+                reconnected(zk).await;
+                match self.release_in_one(zk, &path, (value, *version), keep, place.as_deref()).await {
+                    Ok(Released::Done) => {
+                        self.retire(&path);
+                        self.forget_place(&lease.lock);
+                        return Ok(());
+                    }
+                    Ok(Released::PlaceGone) => place = None,
+                    Ok(Released::Changed) => break,
+                    // Once: the connection was found dead while the request was out. Done or
+                    // not, the same guarded request again is safe (the child is gone, or is the
+                    // same --min-hold child, or is as it was).
+                    Err(ZkError::ConnectionLoss) if !lost_connection => lost_connection = true,
+                    Err(e) => return Err(self.error("release", &e)),
+                }
+            }
+        }
+        let zk = match own {
+            Some((zk, ..)) => zk,
             None => self.read_session().await?,
         };
+        reconnected(&zk).await;
         for _ in 0..MAX_RACES {
             let Some((value, stat)) = self.read_child("release", &zk, &path).await? else {
                 break;
             };
             if value.holder != lease.identity {
-                return Ok(());
+                break;
             }
-            let until_ms = value.acquired_ms.saturating_add(keep.as_millis() as u64);
-            let result = if keep.is_zero() || until_ms <= now_ms() {
-                self.req("release", &zk, |c| c.delete(&path, Some(stat.version))).await
-            } else {
-                // --min-hold: a persistent child in place of the ephemeral one, in one step.
-                let kept = Value { keep_until_ms: Some(until_ms), ..value };
-                let data = serde_json::to_vec(&kept).unwrap();
-                let options = CreateMode::Persistent.with_acls(self.acls());
-                let mut multi = zk.client.new_multi_writer();
-                multi.add_delete(&path, Some(stat.version)).map_err(|e| self.error("release", &e))?;
-                multi.add_create(&path, &data, &options).map_err(|e| self.error("release", &e))?;
-                self.req("release", &zk, |_| async move { multi.commit().await.map(drop).map_err(ZkError::from) }).await
-            };
-            match result {
-                Ok(()) | Err(ZkError::NoNode) => break,
-                Err(ZkError::BadVersion) => continue,
+            match self.release_in_one(&zk, &path, (&value, stat.version), keep, None).await {
+                Ok(Released::Done) => break,
+                Ok(Released::PlaceGone | Released::Changed) => continue,
                 Err(e) => return Err(self.error("release", &e)),
             }
         }
         self.retire(&path);
+        if let Some(place) = place {
+            // Best effort: the node goes with this store's reads session anyway.
+            let _ = self.req("leave", &zk, |c| c.delete(&place, None)).await;
+        }
+        self.forget_place(&lease.lock);
         Ok(())
     }
 
@@ -407,16 +595,16 @@ impl Store for ZooKeeperStore {
         Ok(())
     }
 
-    /// The longest ttl whose session the servers grant: their maxSessionTimeout, learned once by
-    /// asking for a longer session, less the tick and over 5/4 (`session_for` inverted).
+    /// The longest ttl whose session the servers grant, up to leaderrun's default ttl: a run
+    /// without --ttl needs to know no more (`learn_longest_ttl`). Learned once.
     async fn longest_ttl(&self) -> Result<Option<Duration>> {
-        let longest = *self.longest_session.get_or_try_init(|| self.ask_longest_session()).await?;
-        Ok(Some(longest_ttl_within(longest, self.tick)))
+        Ok(Some(*self.longest_ttl.get_or_try_init(|| self.learn_longest_ttl()).await?))
     }
 
     fn sees_expiry(&self) -> bool {
         // The lease is an ephemeral node: the server deletes it when the session expires, and the
-        // watch sees that (a --min-hold node is waited for until its keep ends).
+        // watch of the first waiter sees that (a --min-hold node is waited for until its keep
+        // ends); a waiter further back wakes when the one ahead of it leaves the queue.
         true
     }
 

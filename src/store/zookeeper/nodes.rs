@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use zookeeper_client::{Acls, CreateMode, Error as ZkError, Stat};
+use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, Stat};
 
 use super::names::{encode, sequence, LEASE_PREFIX};
 use super::sessions::Zk;
@@ -38,11 +38,55 @@ pub(super) enum Lookup {
     Lowest { seq: i64, value: Value, stat: Stat },
 }
 
-/// What `acquire_on` decided.
+/// The lock's node as the read before an acquire saw it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Seen {
+    /// The sequence number the next child created under it gets (`next_sequence`).
+    pub(super) next: Option<i64>,
+    /// Its data version (the latest token's write); `None`: it does not exist yet, and the
+    /// acquire creates it in the same step.
+    pub(super) version: Option<i32>,
+}
+
+impl Seen {
+    /// A lock's node that does not exist: its first child will be number 0.
+    pub(super) const MISSING: Seen = Seen { next: Some(0), version: None };
+}
+
+/// The sequence number the next child created under a node gets, from the node's stat: the
+/// number of children ever created under it. The server numbers children by its count of
+/// creations, but reports `cversion` as every change to the children, creations and deletions;
+/// each child ever created is either still there or was deleted once, so creations = (cversion +
+/// children) / 2. Never more than the number the next child gets, whatever a server counts (one
+/// that numbered deletions too would number it higher: it would then never match, and
+/// `create_lease` would list the children), which is what `create_lease` relies on. After about
+/// a billion acquisitions the 32-bit cversion wraps: then this says nothing (`None`).
+pub(super) fn next_sequence(stat: &Stat) -> Option<i64> {
+    (stat.cversion >= 0).then(|| (i64::from(stat.cversion) + i64::from(stat.num_children)) / 2)
+}
+
+/// What the read before an acquire found.
+pub(super) enum Look {
+    /// No node for the lock yet.
+    Missing,
+    /// No lease child.
+    Free(Seen),
+    /// Held: the lowest child's record.
+    Held(LockRecord),
+    /// The lowest child is a --min-hold child whose time has passed.
+    KeepOver { path: String, stat: Stat },
+}
+
+/// What `create_lease` decided.
 pub(super) enum Attempt {
-    Won(Lease),
-    /// Held by another; `clean`: our child (if we made one) is deleted, the session reusable.
+    /// Ours, with the data our child was created with.
+    Won(Lease, Value),
+    /// Held by another; `clean`: our child is deleted, the session reusable.
     Held(LockRecord, bool),
+    /// The lock's node changed between the read and the create, which was not made: read again.
+    Raced,
+    /// The root does not exist: nothing was made.
+    NoRoot,
 }
 
 pub(super) fn now_ms() -> u64 {
@@ -157,17 +201,27 @@ impl ZooKeeperStore {
         }
     }
 
-    /// Create the root and the lock's node (persistent; an existing one is fine).
-    pub(super) async fn ensure_parent(&self, zk: &Zk, lock: &str) -> Result<()> {
+    /// Create a persistent node and whatever is missing above it (the root, the lock's node), one
+    /// create per node; an existing one is fine.
+    pub(super) async fn ensure_node(&self, zk: &Zk, path: &str) -> Result<()> {
         if self.access != Access::Create {
             return Err(StoreError::refused(format!("zookeeper store {}: {} does not exist", self.shown, self.root)));
         }
-        let parent = self.parent(lock);
         let options = CreateMode::Persistent.with_acls(self.acls());
-        match self.req("create-parent", zk, |c| async move { c.mkdir(&parent, &options).await }).await {
-            Ok(()) | Err(ZkError::NodeExists) => Ok(()),
-            Err(e) => Err(self.error("create-parent", &e)),
+        let mut missing = vec![path.to_string()];
+        while let Some(next) = missing.last().cloned() {
+            match self.req("create", zk, |c| c.create(&next, &[], &options)).await {
+                Ok(_) | Err(ZkError::NodeExists) => {
+                    missing.pop();
+                }
+                Err(ZkError::NoNode) if missing.len() < 64 => match next.rsplit_once('/') {
+                    Some((above, _)) if !above.is_empty() => missing.push(above.to_string()),
+                    _ => return Err(self.error("create", &ZkError::NoNode)),
+                },
+                Err(e) => return Err(self.error("create", &e)),
+            }
         }
+        Ok(())
     }
 
     /// Remember `token` as the lock's latest in the parent's data: guarded by the data version,
@@ -197,14 +251,33 @@ impl ZooKeeperStore {
         matches!(self.req("delete", zk, |c| c.delete(path, None)).await, Ok(()) | Err(ZkError::NoNode))
     }
 
-    pub(super) async fn acquire_on(&self, zk: &Zk, lock: &str, identity: &str) -> Result<Attempt> {
-        // A read first: a standby re-checking a held lock need not write.
-        if let Lookup::Lowest { seq, value, stat } = self.lookup("get", zk, lock).await? {
-            let record = Self::record(lock, seq, &value, &stat);
-            if record.is_held() {
-                return Ok(Attempt::Held(record, true));
+    /// The read before an acquire: the lock's children, and the lowest one's data if there is
+    /// one (a held lock needs no write).
+    pub(super) async fn look(&self, zk: &Zk, lock: &str) -> Result<Look> {
+        for _ in 0..MAX_RACES {
+            let Some((seqs, parent)) = self.children("list", zk, lock).await? else {
+                return Ok(Look::Missing);
+            };
+            let Some(&lowest) = seqs.first() else {
+                return Ok(Look::Free(Seen { next: next_sequence(&parent), version: Some(parent.version) }));
+            };
+            let path = self.child(lock, lowest);
+            // Gone between the two reads: look again.
+            if let Some((value, stat)) = self.read_child("get", zk, &path).await? {
+                let record = Self::record(lock, lowest, &value, &stat);
+                return Ok(if record.is_held() { Look::Held(record) } else { Look::KeepOver { path, stat } });
             }
         }
+        Err(StoreError::unavailable(format!("zookeeper store {}: lock {lock:?} kept changing", self.shown)))
+    }
+
+    /// Take a lock that `look` found free: create our child and, in the same step, write its
+    /// token into the lock's node, guarded by the version read (or create that node with it, if
+    /// the read found none). Ours is the lowest child, so the lock is ours, when its sequence
+    /// number is the count of children created that the read saw: no child was created since
+    /// the read, which saw none. Else the children are listed (the recipe of ZooKeeper's lock:
+    /// the lowest existing child wins, so of many contenders exactly one does).
+    pub(super) async fn create_lease(&self, zk: &Zk, lock: &str, identity: &str, seen: Seen) -> Result<Attempt> {
         let value = Value {
             holder: identity.to_string(),
             acquired_ms: now_ms(),
@@ -213,19 +286,57 @@ impl ZooKeeperStore {
             keep_until_ms: None,
         };
         let data = serde_json::to_vec(&value).unwrap();
-        let prefix = format!("{}/{LEASE_PREFIX}", self.parent(lock));
+        let parent = self.parent(lock);
+        let prefix = format!("{parent}/{LEASE_PREFIX}");
         let options = CreateMode::EphemeralSequential.with_acls(self.acls());
-        let mut parent_made = false;
-        let ours = loop {
-            match self.req("acquire", zk, |c| c.create(&prefix, &data, &options)).await {
-                Ok((_, seq)) => break seq.into_i64(),
-                Err(ZkError::NoNode) if !parent_made => {
-                    self.ensure_parent(zk, lock).await?;
-                    parent_made = true;
+        let node_options = CreateMode::Persistent.with_acls(self.acls());
+        // The token our child gets if no other child was created since the read.
+        let token_data = seen.next.map(|next| (next + 1).to_string());
+        let outcome = self
+            .req("acquire", zk, |c| {
+                let mut multi = c.new_multi_writer();
+                let added = match (&token_data, seen.version) {
+                    (Some(token), Some(version)) => multi.add_set_data(&parent, token.as_bytes(), Some(version)),
+                    (Some(token), None) => multi.add_create(&parent, token.as_bytes(), &node_options),
+                    (None, _) => Ok(()),
                 }
-                Err(e) => return Err(self.error("acquire", &e)),
+                .and_then(|()| multi.add_create(&prefix, &data, &options));
+                async move {
+                    added?;
+                    Ok(multi.commit().await)
+                }
+            })
+            .await;
+        let created = match outcome {
+            Ok(Ok(results)) => results.into_iter().find_map(|result| match result {
+                MultiWriteResult::Create { path, .. } => path.rsplit('/').next().and_then(sequence),
+                _ => None,
+            }),
+            Ok(Err(MultiWriteError::OperationFailed { index: 0, source })) if token_data.is_some() => {
+                return match (source, seen.version) {
+                    // Another contender wrote its token since the read, or made the lock's node:
+                    // read again.
+                    (ZkError::BadVersion, Some(_)) | (ZkError::NodeExists, None) => Ok(Attempt::Raced),
+                    // The lock's node is gone (deleted by hand): read again.
+                    (ZkError::NoNode, Some(_)) => Ok(Attempt::Raced),
+                    (ZkError::NoNode, None) => Ok(Attempt::NoRoot),
+                    (e, _) => Err(self.error("acquire", &e)),
+                };
             }
+            Ok(Err(e)) => return Err(self.error("acquire", &e.into())),
+            Err(e) => return Err(self.error("acquire", &e)),
         };
+        let Some(ours) = created else {
+            return Err(StoreError::unavailable(format!(
+                "zookeeper store {}: acquire: the server did not say which child it created",
+                self.shown
+            )));
+        };
+        let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token: ours as u64 + 1 };
+        if seen.next == Some(ours) {
+            return Ok(Attempt::Won(lease, value));
+        }
+        tracing::debug!(ours, expected = seen.next, "children changed since the read; listing them");
         let our_path = self.child(lock, ours);
         for _ in 0..MAX_RACES {
             let Some((seqs, parent_stat)) = self.children("list", zk, lock).await? else {
@@ -237,9 +348,9 @@ impl ZooKeeperStore {
             }
             let lowest = seqs[0];
             if lowest == ours {
-                let token = ours as u64 + 1;
-                self.record_token(zk, lock, token, parent_stat.version).await;
-                return Ok(Attempt::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token }));
+                // The token written with the create was a guess that came out low: ours is larger.
+                self.record_token(zk, lock, lease.token, parent_stat.version).await;
+                return Ok(Attempt::Won(lease, value));
             }
             let lowest_path = self.child(lock, lowest);
             let Some((value, stat)) = self.read_child("get", zk, &lowest_path).await? else {
@@ -263,7 +374,6 @@ impl ZooKeeperStore {
         Err(StoreError::unavailable(format!("zookeeper store {}: lock {lock:?} kept changing", self.shown)))
     }
 
-    /// Give a lease's session up once `ttl` has passed since its latest successful renewal: it stops
     /// Read a child after a `sync`, so that a lagging server has seen every committed write.
     pub(super) async fn sync_read(
         &self,
@@ -281,76 +391,36 @@ impl ZooKeeperStore {
             Err(e) => Err(e),
         }
     }
-
-    /// Return once the lock's holder node may have changed. ZooKeeper watches fire once: a
-    /// watch set on the holder's ephemeral node is waited for by a task of its own and kept in
-    /// `watching` until it fires, so a wait that ends at the caller's bound leaves it for the
-    /// next one, and an idle standby sends nothing while the holder lives.
-    pub(super) async fn wait_change(&self, lock: &str) -> Result<()> {
-        let mut slot = self.watching.lock().await;
-        if let Some(watching) = slot.as_mut().filter(|w| w.lock == lock) {
-            // Err: the task is gone without telling (aborted): the caller re-reads all the same.
-            let _ = watching.fired.wait_for(|fired| *fired).await;
-            *slot = None;
-            return Ok(());
-        }
-        *slot = None;
-        let zk = self.watch_session().await?;
-        let Some((seqs, _)) = self.children("list", &zk, lock).await? else {
-            return Ok(());
-        };
-        let Some(&lowest) = seqs.first() else {
-            return Ok(());
-        };
-        let path = self.child(lock, lowest);
-        let (stat, watcher) = match self.req("watch", &zk, |c| c.check_and_watch_stat(&path)).await {
-            Ok((Some(stat), watcher)) => (stat, watcher),
-            Ok((None, _)) => return Ok(()),
-            Err(e) => return Err(self.error("watch", &e)),
-        };
-        if stat.ephemeral_owner != 0 {
-            let (tell, fired) = tokio::sync::watch::channel(false);
-            let task = tokio::spawn(async move {
-                watcher.changed().await;
-                let _ = tell.send(true);
-            });
-            let watching = slot.insert(Watching { lock: lock.to_string(), fired, task });
-            let _ = watching.fired.wait_for(|fired| *fired).await;
-            *slot = None;
-            return Ok(());
-        }
-        drop(slot);
-        // A --min-hold child: it frees the lock when its time passes, or when deleted.
-        let Some((value, _)) = self.read_child("get", &zk, &path).await? else {
-            return Ok(());
-        };
-        let left = Duration::from_millis(value.keep_until_ms.unwrap_or(0).saturating_sub(now_ms()));
-        tokio::select! {
-            _ = watcher.changed() => {}
-            _ = tokio::time::sleep(left) => {}
-        }
-        Ok(())
-    }
-
-    /// A waiting campaign is over (this store holds the lock now): drop the watch.
-    pub(super) fn stop_watching(&self) {
-        if let Ok(mut slot) = self.watching.try_lock() {
-            *slot = None;
-        }
-    }
 }
 
-/// A watch on the node holding a lock, kept while this store waits for that lock.
-pub(super) struct Watching {
-    lock: String,
-    /// Becomes true once the watch fired (the node was deleted or changed, or the session ended).
-    fired: tokio::sync::watch::Receiver<bool>,
-    /// The task waiting for the watch to fire.
-    task: tokio::task::JoinHandle<()>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Drop for Watching {
-    fn drop(&mut self) {
-        self.task.abort();
+    fn stat(cversion: i32, num_children: i32) -> Stat {
+        Stat {
+            czxid: 0,
+            mzxid: 0,
+            pzxid: 0,
+            ctime: 0,
+            mtime: 0,
+            version: 0,
+            cversion,
+            aversion: 0,
+            ephemeral_owner: 0,
+            data_length: 0,
+            num_children,
+        }
+    }
+
+    /// As ZooKeeper 3.8 answers: a child created and deleted reports cversion 2, and the next
+    /// child created is number 1.
+    #[test]
+    fn the_next_sequence_counts_creations() {
+        assert_eq!(next_sequence(&stat(0, 0)), Some(0));
+        assert_eq!(next_sequence(&stat(1, 1)), Some(1), "one child, still there");
+        assert_eq!(next_sequence(&stat(2, 0)), Some(1), "one child, deleted");
+        assert_eq!(next_sequence(&stat(5, 1)), Some(3), "three created, two deleted");
+        assert_eq!(next_sequence(&stat(-4, 0)), None, "wrapped");
     }
 }

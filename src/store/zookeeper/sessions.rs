@@ -1,4 +1,5 @@
-//! The session pool: a spare session for reads and watches, and one session per lease.
+//! The sessions: one for reads, watches and the queue, one per lease, and a spare of a lease's
+//! size for the next acquire.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -8,7 +9,8 @@ use std::time::Duration;
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Client, Connector, Error as ZkError, SessionState};
 
-use super::timeouts::{LONGEST_SESSION_ASKED, SPARE_SESSION};
+use super::nodes::Value;
+use super::timeouts::READS_SESSION;
 use super::ZooKeeperStore;
 use crate::store::Result;
 
@@ -16,10 +18,11 @@ use crate::store::Result;
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Leases whose session this store gave up, remembered so that they are never renewed.
 const ABANDONED_KEPT: usize = 1024;
-
-/// How long a connection attempt to one server may take while learning the longest session:
-/// that session's own timeout would give a server that does not answer days.
-const PROBE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// How much longer than a lease needs a spare session may last and still be used for it: a
+/// takeover after a crash comes at most that much later. It lets the session that learned the
+/// servers' longest (`learn_longest_ttl`) serve the lease of the longest ttl within it, whose
+/// session is shorter by the rounding of `longest_ttl_within` only.
+const SPARE_SLACK: Duration = Duration::from_millis(10);
 
 /// One session.
 #[derive(Clone)]
@@ -41,6 +44,13 @@ impl Zk {
     pub(super) fn granted(&self) -> Duration {
         self.client.session_timeout()
     }
+
+    /// Whether a lease whose session must last `wanted` may use this one: asked for just that,
+    /// or granted at least that and at most `SPARE_SLACK` more.
+    fn fits(&self, wanted: Duration) -> bool {
+        self.live()
+            && (self.requested == wanted || (self.granted() >= wanted && self.granted() <= wanted + SPARE_SLACK))
+    }
 }
 
 /// A lease this store acquired, on a session of its own.
@@ -49,12 +59,22 @@ pub(super) struct Held {
     pub(super) ttl: Duration,
     /// When the latest acquire or renew request that succeeded was sent.
     pub(super) renewed_at: Instant,
+    /// The child's data as written, and its data version as last seen (0 when created; a revoke
+    /// changes it): release deletes it without reading it first.
+    pub(super) value: Value,
+    pub(super) version: i32,
 }
 
 #[derive(Default)]
 pub(super) struct Inner {
-    /// A session holding no lease: for reads, and for the next acquire if its timeout fits.
+    /// The reads session: reads, watches and this store's place in a queue; never a lease's (a
+    /// watch would keep a lease's session alive after the store gave it up).
+    pub(super) reads: Option<Zk>,
+    /// A session of a lease's size holding no lease: the next acquire's, if it fits.
     pub(super) spare: Option<Zk>,
+    /// The session timeout the latest acquire needed: a waiting store connects its next lease's
+    /// session while it waits (`ready_lease_session`).
+    pub(super) wanted: Option<Duration>,
     /// Lease child path → its session.
     pub(super) leases: HashMap<String, Held>,
     /// Lease child paths whose session this store gave up (newest last).
@@ -72,9 +92,52 @@ impl Inner {
         }
     }
 
-    /// Any live session, for a short read.
-    pub(super) fn any_live(&self) -> Option<Zk> {
-        self.spare.iter().chain(self.leases.values().map(|h| &h.zk)).find(|zk| zk.live()).cloned()
+    /// Any live session, for a short read: the reads session first.
+    fn any_live(&self) -> Option<Zk> {
+        let mut all = self.reads.iter().chain(&self.spare).chain(self.leases.values().map(|h| &h.zk));
+        all.find(|zk| zk.live()).cloned()
+    }
+}
+
+/// How long a release waits for its session to reconnect, if it lost its connection (a process
+/// resumed after a freeze: the client library drops a connection silent for 2/5 of the session
+/// timeout, and reconnects in a round trip or two). Failing at once would leave the lock to
+/// lapse with the session instead of freeing it now.
+const RECONNECT_WAIT: Duration = Duration::from_secs(2);
+
+/// Wait (at most `RECONNECT_WAIT`) while the session is reconnecting.
+pub(super) async fn reconnected(zk: &Zk) {
+    let mut states = zk.client.state_watcher();
+    let _ = timeout(RECONNECT_WAIT, async {
+        while states.peek_state() == SessionState::Disconnected {
+            states.changed().await;
+        }
+    })
+    .await;
+}
+
+/// One request on a session, bounded by REQUEST_TIMEOUT. A session that is not connected fails
+/// at once (its requests would wait for the reconnection).
+pub(super) async fn request<'a, T, F>(
+    op: &'static str,
+    zk: &'a Zk,
+    f: impl FnOnce(&'a Client) -> F,
+) -> std::result::Result<T, ZkError>
+where
+    F: Future<Output = std::result::Result<T, ZkError>> + 'a,
+{
+    // One line per request at -vvv: the benchmarks and the tests count them.
+    tracing::trace!(op, "store request");
+    match zk.client.state() {
+        SessionState::SyncConnected | SessionState::ConnectedReadOnly => {}
+        SessionState::Disconnected => return Err(ZkError::ConnectionLoss),
+        SessionState::AuthFailed => return Err(ZkError::AuthFailed),
+        SessionState::Expired => return Err(ZkError::SessionExpired),
+        SessionState::Closed => return Err(ZkError::ClientClosed),
+    }
+    match timeout(REQUEST_TIMEOUT, f(&zk.client)).await {
+        Ok(result) => result,
+        Err(_) => Err(ZkError::Timeout),
     }
 }
 
@@ -82,25 +145,12 @@ impl ZooKeeperStore {
     /// A new session asking for `timeout` (the server clamps it to its min/max). Detached: the
     /// store never closes a session, a dropped one stops heartbeating and times out.
     pub(super) async fn connect(&self, session: Duration) -> Result<Zk> {
-        self.connect_with(Client::connector().with_session_timeout(session).with_detached(), session).await
-    }
-
-    /// The longest session the server grants (its maxSessionTimeout), learned by asking for one
-    /// longer than any. That session is closed at once (it is not detached): a process killed
-    /// before would leave it on the servers for as long.
-    pub(super) async fn ask_longest_session(&self) -> Result<Duration> {
-        let connector = Client::connector()
-            .with_session_timeout(LONGEST_SESSION_ASKED)
-            .with_connection_timeout(PROBE_CONNECTION_TIMEOUT);
-        let zk = self.connect_with(connector, LONGEST_SESSION_ASKED).await?;
-        Ok(zk.granted())
-    }
-
-    async fn connect_with(&self, connector: Connector, session: Duration) -> Result<Zk> {
-        let mut connector = connector.with_fail_eagerly();
+        let mut connector: Connector =
+            Client::connector().with_session_timeout(session).with_detached().with_fail_eagerly();
         if let Some((user, password)) = &self.user {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
+        // A connect is a request too: the server creates the session (a write, through the leader).
         tracing::trace!(op = "connect", "store request");
         let connecting: std::pin::Pin<Box<dyn Future<Output = std::result::Result<Client, ZkError>> + Send>> =
             match &self.tls {
@@ -114,8 +164,6 @@ impl ZooKeeperStore {
         }
     }
 
-    /// One request on a session, bounded by REQUEST_TIMEOUT. A session that is not connected
-    /// fails at once (its requests would wait for the reconnection).
     pub(super) async fn req<'a, T, F>(
         &self,
         op: &'static str,
@@ -125,68 +173,83 @@ impl ZooKeeperStore {
     where
         F: Future<Output = std::result::Result<T, ZkError>> + 'a,
     {
-        // One line per request at -vvv: the benchmarks count them.
-        tracing::trace!(op, "store request");
-        match zk.client.state() {
-            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {}
-            SessionState::Disconnected => return Err(ZkError::ConnectionLoss),
-            SessionState::AuthFailed => return Err(ZkError::AuthFailed),
-            SessionState::Expired => return Err(ZkError::SessionExpired),
-            SessionState::Closed => return Err(ZkError::ClientClosed),
-        }
-        match timeout(REQUEST_TIMEOUT, f(&zk.client)).await {
-            Ok(result) => result,
-            Err(_) => Err(ZkError::Timeout),
-        }
+        request(op, zk, f).await
     }
 
-    /// A session for a short read: the spare, a lease's, or a new spare.
+    /// A session for a short read: the reads session, a lease's, or a new reads session.
     pub(super) async fn read_session(&self) -> Result<Zk> {
         if let Some(zk) = self.inner.lock().unwrap().any_live() {
             return Ok(zk);
         }
-        self.new_spare().await
+        self.new_reads_session().await
     }
 
-    /// A session for a watch, which may last long: never a lease's (it would keep that session
-    /// alive after the store gave it up).
+    /// A session for a watch, which may last long, and for a place in a queue: the reads session.
     pub(super) async fn watch_session(&self) -> Result<Zk> {
-        if let Some(zk) = self.inner.lock().unwrap().spare.clone().filter(Zk::live) {
+        if let Some(zk) = self.inner.lock().unwrap().reads.clone().filter(Zk::live) {
             return Ok(zk);
         }
-        self.new_spare().await
+        self.new_reads_session().await
     }
 
-    pub(super) async fn new_spare(&self) -> Result<Zk> {
-        let zk = self.connect(SPARE_SESSION).await?;
+    /// The reads session is gone (expired, or given up by the client library): a new one.
+    async fn new_reads_session(&self) -> Result<Zk> {
+        let zk = self.connect(READS_SESSION).await?;
         let mut inner = self.inner.lock().unwrap();
-        match inner.spare.clone().filter(Zk::live) {
+        match inner.reads.clone().filter(Zk::live) {
             Some(other) => Ok(other),
             None => {
-                inner.spare = Some(zk.clone());
+                inner.reads = Some(zk.clone());
                 Ok(zk)
             }
         }
     }
 
-    /// A session asking for `timeout` and holding no lease, taken out of the store: the spare if it
-    /// fits, else a new one. Dropped (with anything an interrupted request left on it) unless
-    /// given back.
-    pub(super) async fn take_session(&self, session: Duration) -> Result<Zk> {
-        let spare = self.inner.lock().unwrap().spare.take();
+    /// The spare, if it was asked for `wanted` and the servers cut it short: what they granted
+    /// (a new session would get no more).
+    pub(super) fn spare_cut_short(&self, wanted: Duration) -> Option<Duration> {
+        let inner = self.inner.lock().unwrap();
+        let spare = inner.spare.as_ref().filter(|zk| zk.live() && zk.requested == wanted)?;
+        (spare.granted() < wanted).then(|| spare.granted())
+    }
+
+    /// A session for a lease whose session must last `wanted`, taken out of the store: the spare
+    /// if it fits, else a new one. Dropped (with anything an interrupted request left on it)
+    /// unless given back.
+    pub(super) async fn take_session(&self, wanted: Duration) -> Result<Zk> {
+        let spare = self.inner.lock().unwrap().spare.take_if(|zk| zk.fits(wanted));
         match spare {
-            Some(zk) if zk.live() && zk.requested == session => Ok(zk),
-            _ => self.connect(session).await,
+            Some(zk) => Ok(zk),
+            None => self.connect(wanted).await,
         }
     }
 
+    /// A session that holds no lease becomes the spare.
     pub(super) fn give_back(&self, zk: Zk) {
         if zk.live() {
             self.inner.lock().unwrap().spare = Some(zk);
         }
     }
 
-    /// heartbeating, and the server expires it (and the lease) one session timeout later.
+    /// A waiting store connects the session of its next lease now, so that its turn does not
+    /// wait for a connect. Whether that session is long enough (if not, the next acquire says so).
+    pub(super) async fn ready_lease_session(&self) -> Result<bool> {
+        let (wanted, spare) = {
+            let inner = self.inner.lock().unwrap();
+            (inner.wanted, inner.spare.clone())
+        };
+        let Some(wanted) = wanted else { return Ok(true) };
+        if let Some(spare) = spare.filter(|zk| zk.fits(wanted)) {
+            return Ok(spare.granted() >= wanted);
+        }
+        let zk = self.connect(wanted).await?;
+        let long_enough = zk.granted() >= wanted;
+        self.give_back(zk);
+        Ok(long_enough)
+    }
+
+    /// Give a lease's session up once `ttl` has passed since its latest successful renewal: it
+    /// stops heartbeating, and the server expires it (and the lease) one session timeout later.
     pub(super) fn expire_unrenewed(&self, path: String) {
         let inner: Weak<Mutex<Inner>> = Arc::downgrade(&self.inner);
         tokio::spawn(async move {

@@ -2,14 +2,12 @@
 
 use std::time::Duration;
 
-/// The session the store opens first, for reads and watches. ZooKeeper's protocol does not tell
-/// a client the server's tick; what it grants this session bounds it (`tick_bound`). 4 s is the
-/// minSessionTimeout of a server with ZooKeeper's default 2 s tick.
-pub(super) const SPARE_SESSION: Duration = Duration::from_secs(4);
-
-/// Asked for to learn the longest session the server grants (its maxSessionTimeout): the longest
-/// timeout the protocol can carry (a signed 32-bit count of ms).
-pub(super) const LONGEST_SESSION_ASKED: Duration = Duration::from_millis(i32::MAX as u64);
+/// The session the store opens first: its reads session, for reads, watches and its place in a
+/// lock's queue of waiters, never a lease's. ZooKeeper's protocol does not tell a client the
+/// server's tick; what it grants this session bounds it (`tick_bound`). 4 s is the
+/// minSessionTimeout of a server with ZooKeeper's default 2 s tick; it is also how long a waiter
+/// that died without a word stays in the queue.
+pub(super) const READS_SESSION: Duration = Duration::from_secs(4);
 
 /// Milliseconds, rounded up, at least 1: ZooKeeper's session timeouts are whole ms.
 pub(super) fn ceil_ms(d: Duration) -> u64 {
@@ -17,7 +15,7 @@ pub(super) fn ceil_ms(d: Duration) -> u64 {
 }
 
 /// The most a server's tick can be, from the timeout it granted a session that asked for
-/// `SPARE_SESSION`: half of it. A server grants at least its minSessionTimeout, which is 2 ticks
+/// `READS_SESSION`: half of it. A server grants at least its minSessionTimeout, which is 2 ticks
 /// unless configured otherwise, so the granted timeout is at least 2 ticks. Exact on a server with
 /// a tick of 2 s or more and the default minimum; on a faster-ticking one the bound is 2 s (a
 /// longer session: safe, only a slower takeover after a crash). A minSessionTimeout configured
