@@ -216,7 +216,9 @@ pub trait Store: Send + Sync {
 
     /// The longest lease this store can keep, if it sets a limit of its own (a ZooKeeper
     /// server's maxSessionTimeout, a NATS bucket's max age). With no --ttl given, a run picks
-    /// the longest default that fits under it.
+    /// the longest default that fits under it. A store may answer the default --ttl itself
+    /// once it knows that fits, without asking further (ZooKeeper then keeps the session it
+    /// asked with for the lease).
     async fn longest_ttl(&self) -> Result<Option<Duration>> {
         Ok(None)
     }
