@@ -133,7 +133,7 @@ pub const STORES: &[(&str, &str)] = &[
     (
         "etcd://[user:pass@]host:2379[,host2:2379...][/prefix] (etcds:// for TLS)",
         "A lease plus a transaction on the key's create revision (the fencing token: etcd's global revision, \
-         so tokens grow but not by one); renewals are keep-alives; waiters watch for the release. Linearizable \
+         so tokens grow but not by one); renewals are keep-alives; waiters queue, and at a release the first in line tries first. Linearizable \
          through the Raft leader; leases last at least 2 s (etcd's minimum). TLS: etcds:// (or ?tls=1) with the \
          system's CAs or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
     ),
@@ -159,7 +159,7 @@ pub const STORES: &[(&str, &str)] = &[
          the lowest child holding it; the fencing token is its sequence number + 1. Expiry is judged by the \
          ZooKeeper leader; a --ttl whose session the server's maxSessionTimeout does not allow is refused \
          (without --ttl, a run picks one that fits). Renewals sync and read the child on its own session; \
-         waiters watch the holder's child. user:pass is the digest scheme, with creator-only ACLs. --min-hold is \
+         waiters queue, each watching only the one ahead of it (the first, the holder's child). user:pass is the digest scheme, with creator-only ACLs. --min-hold is \
          judged on wall clocks. Never delete the lock nodes by hand. TLS: ?tls=1&cacert=FILE (the \
          secureClientPort), and a client certificate from &cert=FILE&key=FILE.",
     ),
