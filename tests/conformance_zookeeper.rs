@@ -335,4 +335,3 @@ async fn a_one_shot_run_takes_five_requests() {
     assert_eq!(requests.count() - before, 5, "a later run, without --ttl, with --min-hold");
     assert_eq!(h.open().await.status(&lock).await.unwrap().holder.as_deref(), Some("b"), "kept for --min-hold");
 }
-
