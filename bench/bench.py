@@ -1287,21 +1287,27 @@ WHY_NOT: dict[str, str] = {
     "handoff":
         "S3, Cloud Storage and Datastore cannot watch: a waiter learns of a release at its next poll, "
         "every 1 to 1.5 s, which goal 4 caps at 1 request a second; a handoff there is half a poll on "
-        "average (~0.6 s) and a poll at worst. ZooKeeper's handoff is a chain of requests (the "
-        "holder deletes its node; the waiter reads, creates its sequential node, lists the children and "
-        "writes its token): about 15 per handoff counting the holder's, p50 ~10 ms, and its p99 moves with "
-        "the load. Kubernetes here is the tests' API server, written in Python (29 ms at best). MariaDB "
-        "and etcd sit at 10 ms (p50 6.5 ms); this run shared the machine with a MariaDB fault run. The "
-        "stores that push a release (SQLite's kernel queue, PostgreSQL's NOTIFY, Redis, NATS) are under "
-        "10 ms.",
+        "average (~0.6 s) and a poll at worst. Kubernetes here is the tests' API server, written in Python "
+        "(33 ms at best). ZooKeeper's handoff is the holder's release, then the waiter's read and its "
+        "acquiring multi-op, each through the ensemble's leader (p50 8 ms; its p99 moves with the load). "
+        "etcd's is the release's lease revoke, then the waiter's grant and transaction: three synced Raft "
+        "writes in a row (p50 7.7 ms, p99 11 ms here; `etcdctl lock` hands over with one delete). The "
+        "stores that push a release (SQLite's kernel queue, PostgreSQL's NOTIFY, MariaDB's GET_LOCK, "
+        "Redis, NATS) are under 10 ms.",
     "herd":
-        "only SQLite (waiters queue in the kernel) and MariaDB (waiters queue in GET_LOCK) wake one "
-        "waiter per release: 2 requests per handoff, p99 under 10 ms. On the others every waiter is woken "
-        "by each release and reads again (the requests per handoff column: 201 on etcd, 278 on ZooKeeper, "
-        "73 on NATS, 52 on Redis), and a hundred wake-ups queue for two cores. Not done: waking only the "
-        "next waiter. etcd and ZooKeeper can do it by watching only the key or node created just before "
-        "one's own, as `etcdctl lock` does (its p99 here is 4.5 ms); NATS, Redis, PostgreSQL and "
-        "Kubernetes would need a queue of their own beside the lease record.",
+        "SQLite (waiters queue in the kernel), MariaDB (in GET_LOCK), ZooKeeper (each waiter watches "
+        "only the one ahead of it) and etcd (a queue of keys: the first in line acts at a release, the "
+        "others stand by 50 ms a place) wake one waiter per release: 2 to 4 requests per handoff "
+        "(ZooKeeper was 278, etcd 201). SQLite and MariaDB are under 10 ms at p99; etcd (23 ms) and "
+        "ZooKeeper (17 ms) are not: on etcd every waiter still watches the lock key, so that a waiter "
+        "killed without cleanup costs the ones behind it 50 ms once rather than the two minutes its "
+        "entry lives, and each release so wakes a hundred processes on two cores (pushed events, no "
+        "requests) before the winner's two synced writes; ZooKeeper's woken waiter reads before its "
+        "multi-op. On NATS, Redis, PostgreSQL and Kubernetes every waiter is still woken by each release "
+        "and reads again (the requests per handoff column). Not done there: a queue of their own beside "
+        "the lease record (Redis's BLPOP serves blocked clients in order, but a waiter killed after "
+        "taking its wake-up would strand the rest until the safety net; PostgreSQL would need advisory "
+        "locks, which break behind transaction-pooling proxies).",
     "rss-wrapper":
         "most of it is the binary's code, not memory leaderrun allocates: RssFile (pages of the executable, "
         "shared with every other leaderrun through the page cache) is ~12.9 of 14.7 MiB for SQLite in this "
@@ -1325,7 +1331,7 @@ WHY_NOT: dict[str, str] = {
         "server grants: 2 s here, on a server ticking every 500 ms). A 2 s ttl so gets a 4.5 s session; "
         "the takeover follows it. On S3, Cloud Storage and Datastore a standby times the lease from when "
         "its poll last saw the record change, up to a poll (1.5 s) after the holder's last renewal: "
-        "the takeover can reach ttl × 1.02 + 0.1 s plus a poll (Cloud Storage's 3.3 s max here).",
+        "the takeover can reach ttl × 1.02 + 0.1 s plus a poll (Cloud Storage's 3.3 s max in the 2026-11-23 run; within ttl + 1 s in this one).",
 }
 
 
