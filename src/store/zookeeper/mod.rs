@@ -154,7 +154,7 @@ use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use crate::timing::DEFAULT_TTL;
 use names::decode;
 use nodes::{now_ms, Attempt, Look, Lookup, Seen, Value, MAX_RACES};
-use sessions::{reconnected, Held, Inner, Zk};
+use sessions::{reconnected, request, Held, Inner, Zk};
 use target::tls_options;
 pub use target::{Target, DEFAULT_ROOT};
 use timeouts::{ceil_ms, longest_ttl_within, session_for, tick_bound, READS_SESSION};
@@ -218,7 +218,7 @@ impl ZooKeeperStore {
         store.tick = tick_bound(zk.granted());
         if access != Access::Create {
             let root = store.root.clone();
-            match store.req("open", &zk, |c| c.get_data(&root)).await {
+            match request("open", &zk, |c| c.get_data(&root)).await {
                 Ok(_) | Err(ZkError::NoNode) => {}
                 Err(e) => return Err(store.error("open", &e)),
             }
@@ -272,22 +272,21 @@ impl ZooKeeperStore {
         let kept = (!keep.is_zero() && until_ms > now_ms())
             .then(|| serde_json::to_vec(&Value { keep_until_ms: Some(until_ms), ..value.clone() }).unwrap());
         let options = CreateMode::Persistent.with_acls(self.acls());
-        let outcome = self
-            .req("release", zk, |c| {
-                let mut multi = c.new_multi_writer();
-                let mut added = multi.add_delete(path, Some(version));
-                if let Some(data) = &kept {
-                    added = added.and_then(|()| multi.add_create(path, data, &options));
-                }
-                if let Some(place) = place {
-                    added = added.and_then(|()| multi.add_delete(place, None));
-                }
-                async move {
-                    added?;
-                    Ok(multi.commit().await)
-                }
-            })
-            .await;
+        let outcome = request("release", zk, |c| {
+            let mut multi = c.new_multi_writer();
+            let mut added = multi.add_delete(path, Some(version));
+            if let Some(data) = &kept {
+                added = added.and_then(|()| multi.add_create(path, data, &options));
+            }
+            if let Some(place) = place {
+                added = added.and_then(|()| multi.add_delete(place, None));
+            }
+            async move {
+                added?;
+                Ok(multi.commit().await)
+            }
+        })
+        .await;
         let place_index = if kept.is_some() { 2 } else { 1 };
         match outcome {
             Ok(Ok(_)) => Ok(Released::Done),
@@ -329,7 +328,7 @@ impl Store for ZooKeeperStore {
                 }
                 Look::KeepOver { path, stat } => {
                     // A --min-hold child whose time has passed: clear it and look again.
-                    match self.req("delete-kept", &reads, |c| c.delete(&path, Some(stat.version))).await {
+                    match request("delete-kept", &reads, |c| c.delete(&path, Some(stat.version))).await {
                         Ok(()) | Err(ZkError::NoNode) | Err(ZkError::BadVersion) => continue,
                         Err(e) => return Err(self.error("delete-kept", &e)),
                     }
@@ -492,7 +491,7 @@ impl Store for ZooKeeperStore {
         self.retire(&path);
         if let Some(place) = place {
             // Best effort: the node goes with this store's reads session anyway.
-            let _ = self.req("leave", &zk, |c| c.delete(&place, None)).await;
+            let _ = request("leave", &zk, |c| c.delete(&place, None)).await;
         }
         self.forget_place(&lease.lock);
         Ok(())
@@ -500,7 +499,7 @@ impl Store for ZooKeeperStore {
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
         let zk = self.read_session().await?;
-        match self.req("sync", &zk, |c| c.sync(&self.root)).await {
+        match request("sync", &zk, |c| c.sync(&self.root)).await {
             Ok(()) | Err(ZkError::NoNode) => {}
             Err(e) => return Err(self.error("sync", &e)),
         }
@@ -510,12 +509,12 @@ impl Store for ZooKeeperStore {
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
         let zk = self.read_session().await?;
-        match self.req("sync", &zk, |c| c.sync(&self.root)).await {
+        match request("sync", &zk, |c| c.sync(&self.root)).await {
             Ok(()) | Err(ZkError::NoNode) => {}
             Err(e) => return Err(self.error("sync", &e)),
         }
         let root = self.root.clone();
-        let names = match self.req("list", &zk, |c| c.list_children(&root)).await {
+        let names = match request("list", &zk, |c| c.list_children(&root)).await {
             Ok(names) => names,
             Err(ZkError::NoNode) => return Ok(Vec::new()),
             Err(e) => return Err(self.error("list", &e)),
@@ -544,10 +543,10 @@ impl Store for ZooKeeperStore {
             let done = if stat.ephemeral_owner == 0 {
                 // A --min-hold keep (a persistent child): its child has exited and no holder is left
                 // to free it, so it is deleted now.
-                self.req("revoke", &zk, |c| c.delete(&path, Some(stat.version))).await
+                request("revoke", &zk, |c| c.delete(&path, Some(stat.version))).await
             } else {
                 let data = serde_json::to_vec(&Value { revoked: true, ..value }).unwrap();
-                self.req("revoke", &zk, |c| c.set_data(&path, &data, Some(stat.version))).await.map(drop)
+                request("revoke", &zk, |c| c.set_data(&path, &data, Some(stat.version))).await.map(drop)
             };
             match done {
                 Ok(()) => return Ok(Some(before)),
@@ -568,7 +567,7 @@ impl Store for ZooKeeperStore {
         let zk = self.read_session().await?;
         let parent = self.parent(lock);
         // The acquire may have gone through another server: see every write committed before.
-        match self.req("sync", &zk, |c| c.sync(&parent)).await {
+        match request("sync", &zk, |c| c.sync(&parent)).await {
             Ok(()) | Err(ZkError::NoNode) => {}
             Err(e) => return Err(self.error("sync", &e)),
         }
@@ -584,7 +583,7 @@ impl Store for ZooKeeperStore {
                 if value.holder != identity {
                     break;
                 }
-                match self.req("abandon", &zk, |c| c.delete(&path, Some(stat.version))).await {
+                match request("abandon", &zk, |c| c.delete(&path, Some(stat.version))).await {
                     Ok(()) | Err(ZkError::NoNode) => break,
                     Err(ZkError::BadVersion) => continue,
                     Err(e) => return Err(self.error("abandon", &e)),

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, Stat};
 
 use super::names::{encode, sequence, LEASE_PREFIX};
-use super::sessions::Zk;
+use super::sessions::{request, Zk};
 use super::ZooKeeperStore;
 use crate::store::url::Access;
 use crate::store::{Lease, LockRecord, Result, StoreError};
@@ -116,7 +116,7 @@ impl ZooKeeperStore {
     }
     /// The data and stat of a lease child (`None` if it does not exist).
     pub(super) async fn read_child(&self, op: &'static str, zk: &Zk, path: &str) -> Result<Option<(Value, Stat)>> {
-        match self.req(op, zk, |c| c.get_data(path)).await {
+        match request(op, zk, |c| c.get_data(path)).await {
             Ok((data, stat)) => match serde_json::from_slice::<Value>(&data) {
                 Ok(value) => Ok(Some((value, stat))),
                 Err(e) => Err(StoreError::refused(format!(
@@ -133,7 +133,7 @@ impl ZooKeeperStore {
     /// (`None` if the lock has no node).
     pub(super) async fn children(&self, op: &'static str, zk: &Zk, lock: &str) -> Result<Option<(Vec<i64>, Stat)>> {
         let parent = self.parent(lock);
-        match self.req(op, zk, |c| c.get_children(&parent)).await {
+        match request(op, zk, |c| c.get_children(&parent)).await {
             Ok((names, stat)) => {
                 let mut seqs: Vec<i64> = names.iter().filter_map(|n| sequence(n)).collect();
                 seqs.sort_unstable();
@@ -147,7 +147,7 @@ impl ZooKeeperStore {
     /// The latest token, from the parent's data.
     pub(super) async fn last_token(&self, op: &'static str, zk: &Zk, lock: &str) -> Result<u64> {
         let parent = self.parent(lock);
-        match self.req(op, zk, |c| c.get_data(&parent)).await {
+        match request(op, zk, |c| c.get_data(&parent)).await {
             Ok((data, _)) => Ok(String::from_utf8_lossy(&data).trim().parse().unwrap_or(0)),
             Err(ZkError::NoNode) => Ok(0),
             Err(e) => Err(self.error(op, &e)),
@@ -210,7 +210,7 @@ impl ZooKeeperStore {
         let options = CreateMode::Persistent.with_acls(self.acls());
         let mut missing = vec![path.to_string()];
         while let Some(next) = missing.last().cloned() {
-            match self.req("create", zk, |c| c.create(&next, &[], &options)).await {
+            match request("create", zk, |c| c.create(&next, &[], &options)).await {
                 Ok(_) | Err(ZkError::NodeExists) => {
                     missing.pop();
                 }
@@ -230,11 +230,11 @@ impl ZooKeeperStore {
         let parent = self.parent(lock);
         let data = token.to_string();
         for _ in 0..MAX_RACES {
-            match self.req("set-token", zk, |c| c.set_data(&parent, data.as_bytes(), Some(version))).await {
+            match request("set-token", zk, |c| c.set_data(&parent, data.as_bytes(), Some(version))).await {
                 Err(ZkError::BadVersion) => {}
                 _ => return,
             }
-            match self.req("get-token", zk, |c| c.get_data(&parent)).await {
+            match request("get-token", zk, |c| c.get_data(&parent)).await {
                 Ok((stored, stat)) => {
                     if String::from_utf8_lossy(&stored).trim().parse::<u64>().is_ok_and(|t| t >= token) {
                         return;
@@ -248,7 +248,7 @@ impl ZooKeeperStore {
 
     /// Delete our (losing) child; whether that surely happened.
     pub(super) async fn delete_ours(&self, zk: &Zk, path: &str) -> bool {
-        matches!(self.req("delete", zk, |c| c.delete(path, None)).await, Ok(()) | Err(ZkError::NoNode))
+        matches!(request("delete", zk, |c| c.delete(path, None)).await, Ok(()) | Err(ZkError::NoNode))
     }
 
     /// The read before an acquire: the lock's children, and the lowest one's data if there is
@@ -292,21 +292,20 @@ impl ZooKeeperStore {
         let node_options = CreateMode::Persistent.with_acls(self.acls());
         // The token our child gets if no other child was created since the read.
         let token_data = seen.next.map(|next| (next + 1).to_string());
-        let outcome = self
-            .req("acquire", zk, |c| {
-                let mut multi = c.new_multi_writer();
-                let added = match (&token_data, seen.version) {
-                    (Some(token), Some(version)) => multi.add_set_data(&parent, token.as_bytes(), Some(version)),
-                    (Some(token), None) => multi.add_create(&parent, token.as_bytes(), &node_options),
-                    (None, _) => Ok(()),
-                }
-                .and_then(|()| multi.add_create(&prefix, &data, &options));
-                async move {
-                    added?;
-                    Ok(multi.commit().await)
-                }
-            })
-            .await;
+        let outcome = request("acquire", zk, |c| {
+            let mut multi = c.new_multi_writer();
+            let added = match (&token_data, seen.version) {
+                (Some(token), Some(version)) => multi.add_set_data(&parent, token.as_bytes(), Some(version)),
+                (Some(token), None) => multi.add_create(&parent, token.as_bytes(), &node_options),
+                (None, _) => Ok(()),
+            }
+            .and_then(|()| multi.add_create(&prefix, &data, &options));
+            async move {
+                added?;
+                Ok(multi.commit().await)
+            }
+        })
+        .await;
         let created = match outcome {
             Ok(Ok(results)) => results.into_iter().find_map(|result| match result {
                 MultiWriteResult::Create { path, .. } => path.rsplit('/').next().and_then(sequence),
@@ -359,7 +358,7 @@ impl ZooKeeperStore {
             let record = Self::record(lock, lowest, &value, &stat);
             if !record.is_held() {
                 // A --min-hold child whose time has passed: clear it and look again.
-                match self.req("delete-kept", zk, |c| c.delete(&lowest_path, Some(stat.version))).await {
+                match request("delete-kept", zk, |c| c.delete(&lowest_path, Some(stat.version))).await {
                     Ok(()) | Err(ZkError::NoNode) | Err(ZkError::BadVersion) => continue,
                     Err(e) => return Err(self.error("delete-kept", &e)),
                 }
@@ -381,11 +380,11 @@ impl ZooKeeperStore {
         zk: &Zk,
         path: &str,
     ) -> std::result::Result<Option<(Value, Stat)>, ZkError> {
-        match self.req("sync", zk, |c| c.sync(path)).await {
+        match request("sync", zk, |c| c.sync(path)).await {
             Ok(()) | Err(ZkError::NoNode) => {}
             Err(e) => return Err(e),
         }
-        match self.req(op, zk, |c| c.get_data(path)).await {
+        match request(op, zk, |c| c.get_data(path)).await {
             Ok((data, stat)) => Ok(serde_json::from_slice::<Value>(&data).ok().map(|v| (v, stat))),
             Err(ZkError::NoNode) => Ok(None),
             Err(e) => Err(e),

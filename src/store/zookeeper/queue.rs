@@ -110,7 +110,7 @@ impl ZooKeeperStore {
                     None => return Ok(()),
                 },
             };
-            let (stat, watcher) = match self.req("watch", &zk, |c| c.check_and_watch_stat(&path)).await {
+            let (stat, watcher) = match request("watch", &zk, |c| c.check_and_watch_stat(&path)).await {
                 Ok((Some(stat), watcher)) => (stat, watcher),
                 // Gone between the two requests: look again.
                 Ok((None, _)) => continue,
@@ -157,7 +157,7 @@ impl ZooKeeperStore {
                 *self.place.lock().unwrap() = Some(Place { lock: lock.to_string(), session: zk.id(), seq: None });
                 let path = format!("{}/{prefix}", self.queue(lock));
                 let options = CreateMode::EphemeralSequential.with_acls(self.acls());
-                match self.req("join", zk, |c| c.create(&path, &[], &options)).await {
+                match request("join", zk, |c| c.create(&path, &[], &options)).await {
                     Ok((_, seq)) => created = Some(seq.into_i64()),
                     Err(ZkError::NoNode) => {
                         // The first wait on this lock: its queue is made.
@@ -194,7 +194,7 @@ impl ZooKeeperStore {
     /// The lock's queue: the sequence number and name of each node, lowest first.
     async fn read_queue(&self, zk: &Zk, lock: &str) -> Result<Vec<(i64, String)>> {
         let queue = self.queue(lock);
-        let names = match self.req("queue", zk, |c| c.list_children(&queue)).await {
+        let names = match request("queue", zk, |c| c.list_children(&queue)).await {
             Ok(names) => names,
             Err(ZkError::NoNode) => Vec::new(),
             Err(e) => return Err(self.error("queue", &e)),

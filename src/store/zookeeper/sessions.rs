@@ -164,18 +164,6 @@ impl ZooKeeperStore {
         }
     }
 
-    pub(super) async fn req<'a, T, F>(
-        &self,
-        op: &'static str,
-        zk: &'a Zk,
-        f: impl FnOnce(&'a Client) -> F,
-    ) -> std::result::Result<T, ZkError>
-    where
-        F: Future<Output = std::result::Result<T, ZkError>> + 'a,
-    {
-        request(op, zk, f).await
-    }
-
     /// A session for a short read: the reads session, a lease's, or a new reads session.
     pub(super) async fn read_session(&self) -> Result<Zk> {
         if let Some(zk) = self.inner.lock().unwrap().any_live() {
