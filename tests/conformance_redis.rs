@@ -219,3 +219,154 @@ async fn tls_errors_say_what_went_wrong_without_the_password() {
     let err = open_url(&plain).await.err().unwrap();
     assert!(!err.message.contains(&password) && !err.message.contains('\n'), "{}", err.message);
 }
+
+/// How many clients the server has blocked (in BLPOP), by INFO.
+fn blocked_clients(server: &Redis) -> usize {
+    let info = server.command(&["INFO", "clients"]).expect("INFO clients");
+    let line = info.lines().find_map(|l| l.strip_prefix("blocked_clients:")).expect("blocked_clients in INFO");
+    line.trim().parse().expect("a count")
+}
+
+/// Wait (with a generous bound) until the server has `n` clients blocked.
+async fn until_blocked(server: &Redis, n: usize) {
+    tokio::time::timeout(conformance::SOON, async {
+        while blocked_clients(server) != n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never {n} blocked clients"));
+}
+
+/// A waiter that waits in `changed` on `lock` (for up to an hour), as a task.
+fn waiting(store: &Arc<dyn Store>, lock: &str) -> tokio::task::JoinHandle<()> {
+    let (store, lock) = (store.clone(), lock.to_string());
+    tokio::spawn(async move { store.changed(&lock, Duration::from_secs(3600)).await })
+}
+
+/// Two waiters block; a release wakes one of them, and the other stays blocked: a handoff
+/// costs one waiter's acquire, not one per waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_wakes_one_waiter_only() {
+    let rd = rd().await;
+    let (a, b, c) = (rd.open().await, rd.open().await, rd.open().await);
+    let lock = unique("one-woken");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    let (wb, wc) = (waiting(&b, &lock), waiting(&c, &lock));
+    until_blocked(&rd.server, 2).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    until_blocked(&rd.server, 1).await;
+    let woken = tokio::time::timeout(conformance::SOON, async {
+        loop {
+            if wb.is_finished() || wc.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    woken.await.expect("the release woke nobody");
+    assert!(!(wb.is_finished() && wc.is_finished()), "both waiters woke");
+    assert_eq!(blocked_clients(&rd.server), 1, "the other waiter is still blocked");
+}
+
+/// A wait that reaches its bound leaves its BLPOP blocked for the next: an idle standby sends
+/// nothing, and a turn that comes between two waits is not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_between_two_waits_is_kept_for_the_next() {
+    let rd = rd().await;
+    let (a, b) = (rd.open().await, rd.open().await);
+    let lock = unique("between");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(100)).await;
+    assert_eq!(blocked_clients(&rd.server), 1, "the wait stays blocked after its bound");
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    until_blocked(&rd.server, 0).await;
+    tokio::time::timeout(conformance::SOON, b.changed(&lock, Duration::from_secs(3600)))
+        .await
+        .expect("the turn that came between two waits was lost");
+    won(&*b, &lock, "b", TTL).await;
+}
+
+/// A waiter that stops waiting (its run ends: the store is dropped while it is blocked) must
+/// not take the next release with it: the waiter that blocks after it still gets its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_leaves_does_not_swallow_a_release() {
+    let rd = rd().await;
+    let (a, b, c) = (rd.open().await, rd.open().await, rd.open().await);
+    let lock = unique("given-up");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    let given_up = waiting(&b, &lock);
+    until_blocked(&rd.server, 1).await;
+    given_up.abort();
+    let _ = given_up.await;
+    drop(b);
+    until_blocked(&rd.server, 0).await;
+    let waiter = waiting(&c, &lock);
+    until_blocked(&rd.server, 1).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(conformance::SOON, waiter).await.expect("the release never woke the waiter").unwrap();
+    won(&*c, &lock, "c", TTL).await;
+}
+
+/// A release while nobody was blocked (the waiter between its read and its wait) still wakes
+/// the waiter that blocks next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_before_the_wait_is_not_missed() {
+    let rd = rd().await;
+    let (a, b) = (rd.open().await, rd.open().await);
+    let lock = unique("before-wait");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(conformance::SOON, b.changed(&lock, Duration::from_secs(3600)))
+        .await
+        .expect("the release before the wait was missed");
+    won(&*b, &lock, "b", TTL).await;
+}
+
+/// A user whose ACL does not allow BLPOP still waits: on the release channel, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_user_without_blpop_is_woken_by_the_channel() {
+    let rd = rd().await;
+    let acl =
+        ["ACL", "SETUSER", "waiter", "on", ">waiter-pw", "~leaderrun:*", "&leaderrun:released", "+@all", "-blpop"];
+    assert_eq!(rd.server.command(&acl).unwrap(), "+OK\r\n");
+    let url = format!("redis://waiter:waiter-pw@127.0.0.1:{}/0", rd.server.port());
+    let (a, b) = (rd.open().await, open_url(&url).await.expect("open as the user without BLPOP"));
+    let lock = unique("no-blpop");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    // The first wait finds BLPOP refused and subscribes: it may return early (it reads once
+    // after subscribing), so wait until the lock is seen free.
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move {
+            loop {
+                b.changed(&lock, Duration::from_secs(3600)).await;
+                if !b.status(&lock).await.unwrap().is_held() {
+                    break;
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(blocked_clients(&rd.server), 0, "nobody blocks in BLPOP");
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(conformance::SOON, waiter).await.expect("the release never woke the waiter").unwrap();
+    won(&*b, &lock, "b", TTL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_standby_sends_nothing() {
+    let (requests, _counting) = conformance::count_requests();
+    conformance::an_idle_standby_sends_nothing(&rd().await, &requests).await;
+}
+
+/// A hundred waiters, each woken in turn by the release before it: a few requests a
+/// handoff, however many wait.
+#[tokio::test]
+async fn a_hundred_waiters_each_get_their_turn_once() {
+    let (requests, _counting) = conformance::count_requests();
+    conformance::a_hundred_waiters_take_turns(&rd().await, &requests, 2.0..10.0).await;
+}

@@ -35,23 +35,26 @@
 //! - Under any `maxmemory-policy` but `noeviction` Redis may evict a held lease or the
 //!   token counter: such a server is refused when the store opens (`eviction.rs`).
 //!
-//! Wake-ups: a release (not an expiry) is announced with `PUBLISH {prefix}released <name>`.
-//! A waiter subscribes on a connection of its own (RESP3, so messages arrive as pushes),
-//! opened on its first wait and kept. The message is only a hint (the elector re-reads at
-//! least every second anyway, which also covers expiry); while the subscription cannot be
-//! made the waiter polls.
+//! Wake-ups (`wake.rs`): a release (not an expiry) pushes one element onto the list
+//! `{prefix}wake:{name}`, and a waiter blocks in `BLPOP` on it, on a connection of its own
+//! opened on its first wait and kept: Redis hands the element to the one waiter blocked
+//! longest, so a release wakes one waiter, not all of them. A release is also announced with
+//! `PUBLISH {prefix}released <name>`, which older leaderrun waiters subscribe to, and so do
+//! waiters whose user may not run BLPOP. Either is only a hint: an expiry is never announced,
+//! and the elector re-reads when the lease it last saw would expire.
 //!
 //! Calls go through one `ConnectionManager` per store, which reconnects by itself after a
 //! server restart (the first call after it fails, as unavailable; the elector retries).
 //!
 //! Commands used: `CONFIG GET maxmemory-policy` (or `INFO memory`) when the store opens,
 //! `EVALSHA` and, when the server does not know a script yet, `SCRIPT LOAD`; waiters add
-//! `HELLO 3` and `SUBSCRIBE`. Keys touched: `{prefix}*` only (an ACL user needs
-//! `~{prefix}*`, `&{prefix}released`, and `+config|get` or `+info`).
+//! `BLPOP` (or, without it, `HELLO 3` and `SUBSCRIBE`). Keys touched: `{prefix}*` only (an
+//! ACL user needs `~{prefix}*`, `&{prefix}released`, `+blpop`, and `+config|get` or `+info`).
 //!
 //! A password never appears in a message: messages are built from `url::redact(url)` and
 //! the error's own text, never from the redis crate's connection info.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -65,10 +68,12 @@ use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use scripts::Scripts;
 pub use target::Target;
+use wake::{Waker, Woke};
 
 mod eviction;
 mod scripts;
 mod target;
+mod wake;
 
 /// The key prefix used unless the URL says `?prefix=`.
 pub const DEFAULT_PREFIX: &str = "leaderrun:";
@@ -79,6 +84,10 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How often a waiter re-reads the lock while it cannot subscribe.
 const POLL: Duration = Duration::from_millis(250);
+
+/// After a failed wait, the pause (within the wait's bound) before the caller re-reads, so
+/// that a server that is down is not asked in a tight loop.
+const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
 /// A connection subscribed to `{prefix}released`, and the messages it received.
 struct Subscription {
@@ -109,6 +118,10 @@ pub struct RedisStore {
     /// The subscription to releases, made on the first `changed` and dropped once a lease
     /// is won (a holder reads no messages, and unread ones would pile up).
     pubsub: Mutex<Option<Subscription>>,
+    /// Where waiters block for their turn (`wake.rs`).
+    waker: Waker,
+    /// The server refused BLPOP (an ACL without it): wait on the subscription instead.
+    no_blpop: AtomicBool,
     scripts: Scripts,
     prefix: String,
     /// The URL without its password, for messages.
@@ -134,7 +147,17 @@ impl RedisStore {
         if !target.allow_eviction {
             eviction::refuse_an_evicting_server(&conn, &shown).await?;
         }
-        Ok(Self { client, conn, pubsub: Mutex::new(None), scripts: Scripts::new(), prefix, shown })
+        let waker = Waker::new(client.clone());
+        Ok(Self {
+            client,
+            conn,
+            pubsub: Mutex::new(None),
+            waker,
+            no_blpop: AtomicBool::new(false),
+            scripts: Scripts::new(),
+            prefix,
+            shown,
+        })
     }
 
     fn key(&self, kind: &str, lock: &str) -> String {
@@ -304,10 +327,11 @@ impl Store for RedisStore {
         match fields.first().and_then(int) {
             Some(1) => {
                 let token = fields.get(1).and_then(int).ok_or_else(|| self.bad_answer("acquire", &value))?;
-                // A holder reads no messages: stop listening (see `pubsub`).
+                // A holder reads no messages: stop listening (see `pubsub`), and waits no more.
                 if let Ok(mut pubsub) = self.pubsub.try_lock() {
                     *pubsub = None;
                 }
+                self.waker.close();
                 Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
             }
             Some(0) => Ok(Acquire::Held(record(&fields[1..]).ok_or_else(|| self.bad_answer("acquire", &value))?)),
@@ -337,11 +361,13 @@ impl Store for RedisStore {
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
             .key(self.key("lock", &lease.lock))
+            .key(self.key("wake", &lease.lock))
             .arg(&lease.lock)
             .arg(&lease.identity)
             .arg(lease.token)
             .arg(keep.as_millis().min(MAX_MS) as u64)
-            .arg(self.channel());
+            .arg(self.channel())
+            .arg(wake::WAKE_KEEP_MS);
         self.run("release", &invocation).await.map(drop)
     }
 
@@ -362,17 +388,43 @@ impl Store for RedisStore {
 
     async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
         let mut invocation = self.scripts.revoke.prepare_invoke();
-        invocation.key(self.key("lock", lock)).key(self.key("token", lock)).arg(lock).arg(self.channel());
+        invocation
+            .key(self.key("lock", lock))
+            .key(self.key("token", lock))
+            .key(self.key("wake", lock))
+            .arg(lock)
+            .arg(self.channel())
+            .arg(wake::WAKE_KEEP_MS);
         let value = self.run("revoke", &invocation).await?;
         let before = record(&items(&value)).ok_or_else(|| self.bad_answer("revoke", &value))?;
         Ok(before.is_held().then_some(before))
     }
 
-    /// Wait for a release message naming `lock`. Messages that arrive between two calls
-    /// wait in the subscription, so a release just after our last read is not missed; one
-    /// that came before it only makes this return early (harmless: the caller re-reads).
-    /// A subscription that was just made may have missed a release: read once then.
+    /// Block until a release hands this waiter its turn (`wake.rs`). A release just after our
+    /// last read is not missed: its element waits in the list.
+    ///
+    /// Without BLPOP, wait for a release message naming `lock` instead. Messages that arrive
+    /// between two calls wait in the subscription, so a release just after our last read is
+    /// not missed; one that came before it only makes this return early (harmless: the caller
+    /// re-reads). A subscription that was just made may have missed a release: read once then.
     async fn changed(&self, lock: &str, max_wait: Duration) {
+        if !self.no_blpop.load(Ordering::Relaxed) {
+            let started = tokio::time::Instant::now();
+            match self.waker.wait(&self.key("wake", lock), max_wait).await {
+                Ok(Woke::Turn | Woke::Bound) => return,
+                // Another task of this process waits on the list: listen beside it.
+                Ok(Woke::Busy) => {}
+                Err(err) if transient(&err) => {
+                    tracing::debug!("waiting for a turn failed: {}", describe(&err));
+                    let left = max_wait.saturating_sub(started.elapsed());
+                    return tokio::time::sleep(left.min(PAUSE_AFTER_FAILURE)).await;
+                }
+                Err(err) => {
+                    tracing::debug!("cannot wait for a turn, subscribing instead: {}", describe(&err));
+                    self.no_blpop.store(true, Ordering::Relaxed);
+                }
+            }
+        }
         let open = || async { self.subscribe().await.map_err(|err| error(&self.shown, err).message) };
         release_feed::wait_for_release(self, &self.pubsub, open, lock, max_wait, TIMEOUT, POLL).await
     }

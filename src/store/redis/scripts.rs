@@ -16,6 +16,13 @@ local function read(lock_key, token_key, name)
   if h[4] == '1' then revoked = 1 end
   return {name, 1, h[1], tonumber(h[2]), tonumber(h[3]), redis.call('PTTL', lock_key), revoked}
 end
+-- Hand one waiter blocked in BLPOP on the wake list its turn (see wake.rs): the list keeps
+-- at most one element, for ms milliseconds, if nobody is blocked.
+local function wake(wake_key, ms)
+  redis.call('RPUSH', wake_key, '1')
+  redis.call('LTRIM', wake_key, -1, -1)
+  redis.call('PEXPIRE', wake_key, ms)
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -29,15 +36,15 @@ pub(super) struct Scripts {
     pub(super) acquire: Script,
     /// KEYS: lock, token. ARGV: name, identity, token, ttl_ms. Returns {1} or {0, record...}.
     pub(super) renew: Script,
-    /// KEYS: lock. ARGV: name, identity, token, keep_ms, channel. Returns 0 (not ours),
-    /// 1 (kept for --min-hold: marked `kept`) or 2 (freed).
+    /// KEYS: lock, wake list. ARGV: name, identity, token, keep_ms, channel, wake_keep_ms.
+    /// Returns 0 (not ours), 1 (kept for --min-hold: marked `kept`) or 2 (freed).
     pub(super) release: Script,
     /// KEYS: lock, token. ARGV: name. Returns the record.
     pub(super) status: Script,
     /// KEYS: locks set. ARGV: prefix. Returns every record, flattened.
     pub(super) list: Script,
-    /// KEYS: lock, token. ARGV: name, channel. Returns the record before (held = 0: nothing
-    /// done).
+    /// KEYS: lock, token, wake list. ARGV: name, channel, wake_keep_ms. Returns the record
+    /// before (held = 0: nothing done).
     pub(super) revoke: Script,
 }
 
@@ -76,7 +83,8 @@ return r
             ),
             // With keep > 0 (--min-hold) the key stays, with its holder, until
             // acquired_ms + keep if that is still ahead, marked `kept`: its child is gone;
-            // otherwise it goes, and waiters are told.
+            // otherwise it goes, and waiters are told: one by the wake list, older ones on the
+            // channel.
             release: script(
                 r#"
 local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'acquired_ms')
@@ -91,6 +99,7 @@ if tonumber(ARGV[4]) > 0 and keep_until > now_ms() then
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[5], ARGV[1])
+wake(KEYS[2], ARGV[6])
 return 2
 "#,
             ),
@@ -116,6 +125,7 @@ if r[2] == 1 then
   if redis.call('HGET', KEYS[1], 'kept') == '1' then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', ARGV[2], ARGV[1])
+    wake(KEYS[3], ARGV[3])
   else
     redis.call('HSET', KEYS[1], 'revoked', '1')
   end
