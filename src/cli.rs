@@ -103,9 +103,9 @@ pub const STORES: &[(&str, &str)] = &[
         "postgres://user:pass@host:5432/db?sslmode=verify-full&table=NAME",
         "Also postgresql://; PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and ~/.pgpass are honoured. \
          Each step is one statement (INSERT ... ON CONFLICT ... WHERE free or expired); expiry is judged on the \
-         server's clock_timestamp(), so the server's clock must be slewed, never stepped. A release wakes waiters \
-         through LISTEN/NOTIFY (which a transaction-pooling proxy does not pass: waiters then re-read \
-         when the lease they saw would expire). No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
+         server's clock_timestamp(), so the server's clock must be slewed, never stepped. A release wakes the waiter \
+         that has waited longest through LISTEN/NOTIFY (which a transaction-pooling proxy does not pass: waiters then \
+         re-read when the lease they saw would expire). No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
          acquisition or renewal: use synchronous replication for leases that matter. URL parameters other than \
          table= and libpq's sslmode, sslrootcert, sslcert, sslkey, options, application_name (and the like) are \
          refused.",
@@ -120,7 +120,7 @@ pub const STORES: &[(&str, &str)] = &[
     (
         "redis://[user]:pass@host:6379/0?prefix=leaderrun: (rediss:// for TLS)",
         "Lua scripts on one server (no Cluster); the lease is the key's PX expiry on the server's clock, the \
-         fencing token an INCR counter, a release is published to waiters. Redis loses keys on a restart \
+         fencing token an INCR counter; a release wakes the waiter blocked longest in BLPOP (one connection each). Redis loses keys on a restart \
          unless it runs with appendonly yes and appendfsync always, and replication is asynchronous: for \
          leases that matter, run it with that persistence and no failover. TLS: rediss:// with the system's CAs \
          or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE. A server whose maxmemory-policy \

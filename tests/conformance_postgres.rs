@@ -257,3 +257,84 @@ async fn a_run_uses_one_connection() {
     let connections = pg.server.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'leaderrun'");
     assert_eq!(connections, "1", "connections of this run's user");
 }
+
+/// How many sessions are marked as waiting for a lock (any lock) of this database.
+fn waiting_sessions(server: &Postgres) -> usize {
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'leaderrun-wait:%'";
+    server.psql_in(servers::postgres::DATABASE, sql).parse().expect("a count")
+}
+
+/// Wait (with a generous bound) until `n` sessions are marked as waiting.
+async fn until_waiting(server: &Postgres, n: usize) {
+    tokio::time::timeout(conformance::SOON, async {
+        while waiting_sessions(server) != n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never {n} waiting sessions"));
+}
+
+/// A waiter that waits in `changed` on `lock` (for up to an hour), as a task.
+fn waiting(store: &Arc<dyn Store>, lock: &str) -> tokio::task::JoinHandle<()> {
+    let (store, lock) = (store.clone(), lock.to_string());
+    tokio::spawn(async move { store.changed(&lock, Duration::from_secs(3600)).await })
+}
+
+/// A release wakes the waiter that has waited longest, and only it; once that one has won,
+/// it is out of the line, and the next release wakes the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_wakes_the_waiter_that_waited_longest() {
+    let pg = pg().await;
+    let (a, b, c) = (pg.open().await, pg.open().await, pg.open().await);
+    let lock = unique("turns");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    held(&*c, &lock, "c").await;
+    let wb = waiting(&b, &lock);
+    until_waiting(&pg.server, 1).await;
+    let wc = waiting(&c, &lock);
+    until_waiting(&pg.server, 2).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(conformance::SOON, wb).await.expect("the first waiter was not woken").unwrap();
+    let lease = won(&*b, &lock, "b", TTL).await;
+    assert!(!wc.is_finished(), "the second waiter woke on the first one's turn");
+    until_waiting(&pg.server, 1).await;
+    b.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(conformance::SOON, wc).await.expect("the second waiter was not woken").unwrap();
+    won(&*c, &lock, "c", TTL).await;
+}
+
+/// A release by a leaderrun from before the turns (a plain NOTIFY, no turn) still wakes a
+/// waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_without_a_turn_still_wakes_a_waiter() {
+    let pg = pg().await;
+    let (a, b) = (pg.open().await, pg.open().await);
+    let lock = unique("plain");
+    won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    let wb = waiting(&b, &lock);
+    until_waiting(&pg.server, 1).await;
+    let old_release = format!(
+        "UPDATE leaderrun_locks SET holder = NULL, expires_at = clock_timestamp() WHERE name = '{lock}'; \
+         NOTIFY leaderrun, '{lock}'"
+    );
+    pg.server.psql_in(servers::postgres::DATABASE, &old_release);
+    tokio::time::timeout(conformance::SOON, wb).await.expect("the plain release woke nobody").unwrap();
+    won(&*b, &lock, "b", TTL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_standby_sends_nothing() {
+    let (requests, _counting) = conformance::count_requests();
+    conformance::an_idle_standby_sends_nothing(&pg().await, &requests).await;
+}
+
+/// A hundred waiters, each woken in turn by the release before it: a few requests a
+/// handoff, however many wait.
+#[tokio::test]
+async fn a_hundred_waiters_each_get_their_turn_once() {
+    let (requests, _counting) = conformance::count_requests();
+    conformance::a_hundred_waiters_take_turns(&pg().await, &requests, 2.0..10.0).await;
+}

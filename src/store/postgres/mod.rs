@@ -11,10 +11,11 @@
 //! transaction-pooling proxies.
 //!
 //! Wake-ups: releasing (and revoking) a lock sends `NOTIFY leaderrun, '<lock name>'` in the
-//! same statement. A waiter LISTENs on its own connection, opened on its first wait; the
-//! notification is only a hint (the elector also re-reads when the lease it saw expires).
-//! LISTEN/NOTIFY does not pass a transaction-pooling proxy; waiters then fall back on that
-//! re-read.
+//! same statement, and the turn of the waiter that has waited longest (`turns.rs`): one
+//! waiter acts on a release, however many wait. A waiter LISTENs on its own connection,
+//! opened on its first wait; a notification is only a hint (the elector also re-reads when
+//! the lease it saw expires). LISTEN/NOTIFY does not pass a transaction-pooling proxy;
+//! waiters then fall back on that re-read.
 //!
 //! Round trips: every statement is one simple query with its values quoted in (`Sql::text`),
 //! so it costs one round trip, where a prepared statement costs two the first time (Parse
@@ -64,6 +65,9 @@ use tokio::time::timeout;
 use super::release_feed::{self, Heard, ReleaseFeed};
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use turns::{Note, Turns, TURN_CHANNEL};
+
+mod turns;
 
 /// The table used unless the URL says `?table=NAME`.
 pub const DEFAULT_TABLE: &str = "leaderrun_locks";
@@ -193,6 +197,8 @@ struct Sql {
     status: String,
     list: String,
     revoke: String,
+    /// Mark a waiter's session as waiting for a lock (`turns.rs`).
+    register: String,
 }
 
 /// A value put into a statement by `Sql::text`.
@@ -295,7 +301,8 @@ impl Sql {
                     FROM (SELECT clock_timestamp() AS now) c
                     WHERE l.name = $2 AND l.token = $3 AND l.holder = $4
                     RETURNING l.holder)
-                 SELECT pg_notify('{CHANNEL}', $2) FROM done WHERE holder IS NULL"
+                 SELECT pg_notify('{CHANNEL}', $2), {turn} FROM done WHERE holder IS NULL",
+                turn = turns::choose_sql(&t, "$2")
             )),
             status: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1")),
             list: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name")),
@@ -311,8 +318,10 @@ impl Sql {
                         kept = false
                     WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > clock_timestamp()
                     RETURNING name)
-                 SELECT pg_notify('{CHANNEL}', name) FROM done"
+                 SELECT pg_notify('{CHANNEL}', name), {turn} FROM done",
+                turn = turns::choose_sql(&t, "name")
             )),
+            register: turns::register_sql(&t),
         }
     }
 }
@@ -331,7 +340,7 @@ pub struct PostgresStore {
     listen_pool: PgPool,
     /// The listener, opened on the first `changed` and dropped once a lease is won (a
     /// holder reads no notifications, and unread ones would pile up on the server).
-    listener: Mutex<Option<PgListener>>,
+    listener: Mutex<Option<Waiting>>,
     sql: Sql,
     /// The connection settings, to find out why the pool gave up (see `open`).
     options: PgConnectOptions,
@@ -356,10 +365,12 @@ impl PostgresStore {
             // retries; checking every connection first would cost a round trip per call.
             .test_before_acquire(false)
             .connect_lazy_with(options.clone());
+        // A listener's connection is closed when it is dropped, never kept for another: its
+        // session is marked as waiting (`turns.rs`).
         let listen_pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .idle_timeout(Duration::from_secs(60))
+            .after_release(|_, _| Box::pin(async { Ok(false) }))
             .connect_lazy_with(options.clone());
         let mut store = Self {
             pool,
@@ -492,12 +503,39 @@ impl PostgresStore {
         Ok(Conn { slot, kept: false })
     }
 
-    async fn listen(&self) -> std::result::Result<PgListener, sqlx::Error> {
-        let mut listener = PgListener::connect_with(&self.listen_pool).await?;
+    /// Listen for releases and turns, on a session marked as waiting for `lock`.
+    async fn listen(&self, lock: &str) -> Result<Waiting> {
+        // One line per request at -vvv: the benchmarks count them (connect, listen, register).
+        tracing::trace!(op = "listen", "store request");
+        let mut listener = PgListener::connect_with(&self.listen_pool).await.map_err(|e| self.error(e))?;
         // A lost connection is reported to us (we re-read: a release may have been missed).
         listener.eager_reconnect(false);
-        listener.listen(CHANNEL).await?;
-        Ok(listener)
+        listener.listen_all([CHANNEL, TURN_CHANNEL]).await.map_err(|e| self.error(e))?;
+        let register = self.statement(&self.sql.register, &[Value::Text(lock)])?;
+        let pid = register.fetch_one(&mut listener).await.and_then(|row| row.try_get::<i32, _>(0));
+        let pid = pid.map_err(|e| self.error(e))?;
+        Ok(Waiting { listener, turns: Turns::new(pid as u32, lock) })
+    }
+
+    /// This run won the lease: take its session out of the line, so that no release picks it
+    /// (its connection closes a moment later, when the listener is dropped), and stop
+    /// listening (a holder reads no notifications, and unread ones would pile up).
+    async fn leave_the_line(&self) {
+        let waiting = match self.listener.try_lock() {
+            Ok(mut slot) => slot.take(),
+            Err(_) => None,
+        };
+        if let Some(mut waiting) = waiting {
+            tracing::trace!(op = "leave", "store request");
+            let leave = sqlx::raw_sql(AssertSqlSafe(turns::LEAVE_SQL)).execute(&mut waiting.listener);
+            if let Err(why) = timeout(ACQUIRE_TIMEOUT, leave)
+                .await
+                .map_err(|_| "timed out".to_string())
+                .and_then(|r| r.map_err(|e| describe(&e)))
+            {
+                tracing::debug!("leaving the line of waiters: {why}");
+            }
+        }
     }
 }
 
@@ -639,10 +677,7 @@ impl PostgresStore {
         }
         match won {
             Ok(Some(token)) => {
-                // A holder reads no notifications: stop listening (see `listener`).
-                if let Ok(mut listener) = self.listener.try_lock() {
-                    *listener = None;
-                }
+                self.leave_the_line().await;
                 Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
             }
             Ok(None) => Ok(Acquire::Held(self.read(&mut *conn, lock).await?)),
@@ -771,17 +806,47 @@ impl Store for PostgresStore {
     /// that came before it only makes this return early (harmless: the caller re-reads).
     /// A listener that was just (re)connected may have missed a release: read once then.
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        let open = || async { self.listen().await.map_err(|err| self.error(err).message) };
+        // A listener's session is marked as waiting for one lock: another needs another.
+        if let Ok(mut slot) = self.listener.try_lock() {
+            if slot.as_ref().is_some_and(|waiting| waiting.turns.lock() != lock) {
+                *slot = None;
+            }
+        }
+        let open = || async { self.listen(lock).await.map_err(|err| err.message) };
         release_feed::wait_for_release(self, &self.listener, open, lock, max_wait, ACQUIRE_TIMEOUT, POLL).await
     }
 }
 
-/// NOTIFY's payload is the released lock's name.
+/// A waiter's listener, and what it heard so far (`turns.rs`).
+struct Waiting {
+    listener: PgListener,
+    turns: Turns,
+}
+
+/// A lock is announced released only to the waiter whose turn it is (or to every waiter when
+/// nobody was picked, or after a plain release with no turn).
 #[async_trait]
-impl ReleaseFeed for PgListener {
+impl ReleaseFeed for Waiting {
     async fn next(&mut self) -> Heard {
-        match self.try_recv().await {
-            Ok(Some(notification)) => Heard::Released(notification.payload().to_string()),
+        let received = match self.turns.due() {
+            Some(due) => match tokio::time::timeout_at(due, self.listener.try_recv()).await {
+                Ok(received) => received,
+                Err(_) => {
+                    self.turns.lapse();
+                    return Heard::Released(self.turns.lock().to_string());
+                }
+            },
+            None => self.listener.try_recv().await,
+        };
+        match received {
+            Ok(Some(notification)) => {
+                let note = Note::parse(notification.channel(), notification.payload());
+                if note.is_some_and(|note| self.turns.heard(note, tokio::time::Instant::now())) {
+                    Heard::Released(self.turns.lock().to_string())
+                } else {
+                    Heard::Nothing
+                }
+            }
             // The connection was lost: a release may have gone unheard.
             Ok(None) | Err(_) => Heard::Lost,
         }
