@@ -52,6 +52,7 @@
 //! server's error text, never from sqlx's options (whose `Debug` shows the password).
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -302,7 +303,7 @@ impl Sql {
                     WHERE l.name = $2 AND l.token = $3 AND l.holder = $4
                     RETURNING l.holder)
                  SELECT pg_notify('{CHANNEL}', $2), {turn} FROM done WHERE holder IS NULL",
-                turn = turns::choose_sql(&t, "$2")
+                turn = turns::choose_sql(&t, "$2", "$5")
             )),
             status: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1")),
             list: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name")),
@@ -319,7 +320,7 @@ impl Sql {
                     WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > clock_timestamp()
                     RETURNING name)
                  SELECT pg_notify('{CHANNEL}', name), {turn} FROM done",
-                turn = turns::choose_sql(&t, "name")
+                turn = turns::choose_sql(&t, "name", "0")
             )),
             register: turns::register_sql(&t),
         }
@@ -341,6 +342,9 @@ pub struct PostgresStore {
     /// The listener, opened on the first `changed` and dropped once a lease is won (a
     /// holder reads no notifications, and unread ones would pile up on the server).
     listener: Mutex<Option<Waiting>>,
+    /// The pid of this store's last waiting session (0: none), which its releases leave out
+    /// when they pick whose turn it is (`turns.rs`).
+    waited_as: AtomicU32,
     sql: Sql,
     /// The connection settings, to find out why the pool gave up (see `open`).
     options: PgConnectOptions,
@@ -377,6 +381,7 @@ impl PostgresStore {
             slot: tokio::sync::Mutex::new(None),
             listen_pool,
             listener: Mutex::new(None),
+            waited_as: AtomicU32::new(0),
             sql: Sql::new(table),
             options,
             shown,
@@ -513,29 +518,9 @@ impl PostgresStore {
         listener.listen_all([CHANNEL, TURN_CHANNEL]).await.map_err(|e| self.error(e))?;
         let register = self.statement(&self.sql.register, &[Value::Text(lock)])?;
         let pid = register.fetch_one(&mut listener).await.and_then(|row| row.try_get::<i32, _>(0));
-        let pid = pid.map_err(|e| self.error(e))?;
-        Ok(Waiting { listener, turns: Turns::new(pid as u32, lock) })
-    }
-
-    /// This run won the lease: take its session out of the line, so that no release picks it
-    /// (its connection closes a moment later, when the listener is dropped), and stop
-    /// listening (a holder reads no notifications, and unread ones would pile up).
-    async fn leave_the_line(&self) {
-        let waiting = match self.listener.try_lock() {
-            Ok(mut slot) => slot.take(),
-            Err(_) => None,
-        };
-        if let Some(mut waiting) = waiting {
-            tracing::trace!(op = "leave", "store request");
-            let leave = sqlx::raw_sql(AssertSqlSafe(turns::LEAVE_SQL)).execute(&mut waiting.listener);
-            if let Err(why) = timeout(ACQUIRE_TIMEOUT, leave)
-                .await
-                .map_err(|_| "timed out".to_string())
-                .and_then(|r| r.map_err(|e| describe(&e)))
-            {
-                tracing::debug!("leaving the line of waiters: {why}");
-            }
-        }
+        let pid = pid.map_err(|e| self.error(e))? as u32;
+        self.waited_as.store(pid, Ordering::Relaxed);
+        Ok(Waiting { listener, turns: Turns::new(pid, lock) })
     }
 }
 
@@ -677,7 +662,10 @@ impl PostgresStore {
         }
         match won {
             Ok(Some(token)) => {
-                self.leave_the_line().await;
+                // A holder reads no notifications: stop listening (see `listener`).
+                if let Ok(mut listener) = self.listener.try_lock() {
+                    *listener = None;
+                }
                 Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
             }
             Ok(None) => Ok(Acquire::Held(self.read(&mut *conn, lock).await?)),
@@ -710,6 +698,7 @@ impl PostgresStore {
                 Value::Text(&lease.lock),
                 Value::Int(lease.token as i64),
                 Value::Text(&lease.identity),
+                Value::Int(self.waited_as.load(Ordering::Relaxed).into()),
             ];
             done = self.statement(&self.sql.release, &values)?.execute(&mut *conn).await;
             match &done {

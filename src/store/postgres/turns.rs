@@ -6,8 +6,12 @@
 //! frees the lock picks, in the same statement, the waiting session that has been there
 //! longest (from `pg_stat_activity`, `choose_sql`) and sends `NOTIFY leaderrun_turn,
 //! '<pid>:<lock name>'`. Only the waiter whose session has that pid acts; the others stay
-//! put and send nothing. A herd of a hundred waiters costs a handoff the release, one acquire
-//! and the winner's leaving the line (`LEAVE_SQL`), not a read by each.
+//! put and send nothing. A herd of a hundred waiters costs a handoff the release and one
+//! acquire, not a read by each.
+//!
+//! A waiter that wins drops its listener, whose connection then closes (a moment later, off
+//! the handoff's path). Until it has, its session is still marked: the release this holder
+//! sends leaves its own former session out by pid, and nobody else releases its lease.
 //!
 //! Only a hint: the acquire statement stays the only way to the lease. When the release sees
 //! no waiting session (behind a pooler, say, which names sessions its own way), the pid is 0
@@ -46,15 +50,13 @@ pub fn register_sql(quoted_table: &str) -> String {
     format!("SELECT pg_backend_pid(), set_config('application_name', {}, false)", waiting_name(quoted_table, "$1"))
 }
 
-/// Take this session out of the line (its run won the lease).
-pub const LEAVE_SQL: &str = "SELECT set_config('application_name', 'leaderrun', false)";
-
 /// An expression sending the turn for the lock named by SQL expression `lock`: to the session
-/// of this database that has waited for it longest, or to everyone (pid 0) if none is seen.
-pub fn choose_sql(quoted_table: &str, lock: &str) -> String {
+/// of this database that has waited for it longest, other than `releaser` (SQL for the pid of
+/// the releasing run's own former waiting session, or 0), or to everyone (pid 0) if none is.
+pub fn choose_sql(quoted_table: &str, lock: &str, releaser: &str) -> String {
     format!(
         "pg_notify('{TURN_CHANNEL}', coalesce((SELECT a.pid FROM pg_stat_activity a
-            WHERE a.application_name = {} AND a.datname = current_database()
+            WHERE a.application_name = {} AND a.datname = current_database() AND a.pid <> {releaser}
             ORDER BY a.backend_start NULLS LAST, a.pid LIMIT 1), 0) || ':' || {lock})",
         waiting_name(quoted_table, lock)
     )
