@@ -14,7 +14,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::keys::key_of;
 use super::turn::{stagger, Turn, Turns};
-use super::{describe, NatsStore, EXPECTED, KV_OPERATION};
+use super::{describe, NatsStore, EXPECTED, KV_OPERATION, REQUEST_TIMEOUT};
 use crate::store::Result;
 
 /// The queue group every leaderrun waiter joins on its lock's key. The subject is the key's
@@ -158,10 +158,16 @@ impl NatsStore {
     /// before the read that follows, on the same connection, so the server has it first.
     async fn join_queue(&self, lock: &str) -> Option<Subscriber> {
         tracing::trace!(op = "queue-subscribe", "store request");
-        match self.js.client().queue_subscribe(self.subject(lock), QUEUE_GROUP.to_string()).await {
-            Ok(queue) => Some(queue),
-            Err(e) => {
+        let client = self.js.client();
+        let join = client.queue_subscribe(self.subject(lock), QUEUE_GROUP.to_string());
+        match tokio::time::timeout(REQUEST_TIMEOUT, join).await {
+            Ok(Ok(queue)) => Some(queue),
+            Ok(Err(e)) => {
                 tracing::debug!("waiting without the queue group (every release costs a stagger): {e}");
+                None
+            }
+            Err(_) => {
+                tracing::debug!("waiting without the queue group: the client did not take the subscription");
                 None
             }
         }
