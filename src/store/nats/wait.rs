@@ -7,9 +7,11 @@
 //! one of the messages published there. Once it holds the lock it closes both (two
 //! unsubscribes, answered by nothing).
 
+use std::pin::Pin;
+
 use async_nats::jetstream::kv;
-use async_nats::{Message, Subscriber};
-use futures_util::{FutureExt, StreamExt};
+use async_nats::Message;
+use futures_util::{FutureExt, Stream, StreamExt};
 use tokio::time::{sleep_until, Instant};
 
 use super::keys::key_of;
@@ -21,14 +23,20 @@ use crate::store::Result;
 /// own, so one name serves every lock.
 const QUEUE_GROUP: &str = "leaderrun";
 
+/// One message the watch showed: its stream sequence, and whether it frees the lock (a
+/// delete, purge or expiry marker); or why the watch failed.
+type Watched = std::result::Result<(u64, bool), String>;
+
 /// What a waiting campaign keeps between `changed` calls on one lock.
 pub(super) struct Watching {
     pub lock: String,
-    watch: kv::Watch,
-    /// `None` when the subscription could not be made: this waiter is never chosen and always
-    /// staggers. (A subscription the server refuses for want of permission is kept, and stays
-    /// silent: the server delivers nothing to it, and chooses among the other waiters.)
-    queue: Option<Subscriber>,
+    /// The KV watch on the key.
+    watch: Pin<Box<dyn Stream<Item = Watched> + Send>>,
+    /// The queue subscription on the key's subject. `None` when it could not be made: this
+    /// waiter is never chosen and always staggers. (A subscription the server refuses for want
+    /// of permission is kept, and stays silent: the server delivers nothing to it, and
+    /// chooses among the other waiters.)
+    queue: Option<Pin<Box<dyn Stream<Item = Message> + Send>>>,
     turns: Turns,
     /// The marker the last `changed` returned for (its turn came): the next acquire expects it
     /// to be the key's last message still, and publishes without reading first.
@@ -37,12 +45,26 @@ pub(super) struct Watching {
 
 /// What came first while waiting.
 enum Sign {
-    Watched(Option<std::result::Result<kv::Entry, kv::WatcherError>>),
+    Watched(Option<Watched>),
     Queued(Option<Message>),
     Timer,
 }
 
+/// The watch's entries as the turn logic needs them.
+fn watched(entry: std::result::Result<kv::Entry, kv::WatcherError>) -> Watched {
+    entry.map(|entry| (entry.revision, entry.operation != kv::Operation::Put)).map_err(|e| describe(&e))
+}
+
 impl Watching {
+    fn new(
+        lock: &str,
+        watch: Pin<Box<dyn Stream<Item = Watched> + Send>>,
+        queue: Option<Pin<Box<dyn Stream<Item = Message> + Send>>>,
+        turns: Turns,
+    ) -> Self {
+        Self { lock: lock.to_string(), watch, queue, turns, woke: None }
+    }
+
     /// Wait until it is this waiter's turn; the marker that freed the lock, or why the watch
     /// failed.
     async fn turn(&mut self) -> std::result::Result<u64, String> {
@@ -85,17 +107,13 @@ impl Watching {
     }
 
     /// One message on the watch.
-    fn see(
-        &mut self,
-        entry: Option<std::result::Result<kv::Entry, kv::WatcherError>>,
-    ) -> std::result::Result<(), String> {
+    fn see(&mut self, entry: Option<Watched>) -> std::result::Result<(), String> {
         match entry {
-            Some(Ok(entry)) => {
-                let gone = entry.operation != kv::Operation::Put;
-                self.turns.watched(entry.revision, gone, Instant::now(), stagger());
+            Some(Ok((seq, gone))) => {
+                self.turns.watched(seq, gone, Instant::now(), stagger());
                 Ok(())
             }
-            Some(Err(e)) => Err(describe(&e)),
+            Some(Err(why)) => Err(why),
             None => Err("the watch ended".to_string()),
         }
     }
@@ -147,16 +165,17 @@ impl NatsStore {
     /// Set up the wait: watch the key, join its queue group, then read it, so that nothing
     /// after the read is missed by either.
     async fn open_watch(&self, bucket: &super::Bucket, lock: &str) -> Result<Watching> {
-        let watch = self.call("watch", bucket.kv.watch(key_of(lock))).await?;
+        let watch = self.call("watch", bucket.kv.watch(key_of(lock))).await?.map(watched);
         let queue = self.join_queue(lock).await;
         let entry = self.read(bucket, lock).await?;
         let (seq, gone) = entry.map_or((0, true), |e| (e.seq, e.gone));
-        Ok(Watching { lock: lock.to_string(), watch, queue, turns: Turns::read(seq, gone, Instant::now()), woke: None })
+        let turns = Turns::read(seq, gone, Instant::now());
+        Ok(Watching::new(lock, Box::pin(watch), queue.map(|q| Box::pin(q) as _), turns))
     }
 
     /// Subscribe to the key's subject in the waiters' queue group. The subscription is sent
     /// before the read that follows, on the same connection, so the server has it first.
-    async fn join_queue(&self, lock: &str) -> Option<Subscriber> {
+    async fn join_queue(&self, lock: &str) -> Option<async_nats::Subscriber> {
         tracing::trace!(op = "queue-subscribe", "store request");
         let client = self.js.client();
         let join = client.queue_subscribe(self.subject(lock), QUEUE_GROUP.to_string());
@@ -196,5 +215,83 @@ impl NatsStore {
         if let Ok(mut slot) = self.watching.try_lock() {
             *slot = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use async_nats::HeaderMap;
+    use futures_util::stream;
+
+    use super::super::turn::{STAGGER_FROM, STAGGER_TO};
+    use super::*;
+
+    /// A message on the key's subject, as the queue delivers it.
+    fn queued(operation: Option<&str>, expected: Option<u64>) -> Message {
+        let mut headers = HeaderMap::new();
+        if let Some(operation) = operation {
+            headers.insert(KV_OPERATION, operation);
+        }
+        if let Some(expected) = expected {
+            headers.insert(EXPECTED, expected.to_string());
+        }
+        Message {
+            subject: "$KV.leaderrun.lock".into(),
+            reply: None,
+            payload: Default::default(),
+            headers: Some(headers),
+            status: None,
+            description: None,
+            length: 0,
+        }
+    }
+
+    /// A waiter that read the lock held by message 5, whose watch shows `watch` (then nothing
+    /// more) and whose queue, if it has one, brings `queue`.
+    fn waiter(watch: Vec<Watched>, queue: Option<Vec<Message>>) -> Watching {
+        let watch = stream::iter(watch).chain(stream::pending());
+        let queue = queue.map(|q| Box::pin(stream::iter(q).chain(stream::pending())) as _);
+        Watching::new("lock", Box::pin(watch), queue, Turns::read(5, false, Instant::now()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_delivered_by_the_queue_is_taken_at_once() {
+        let started = Instant::now();
+        let mut waiter = waiter(vec![Ok((6, true))], Some(vec![queued(Some("DEL"), Some(5))]));
+        assert_eq!(waiter.turn().await, Ok(6));
+        assert_eq!(started.elapsed(), Duration::ZERO, "no stagger for the chosen waiter");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_not_chosen_staggers() {
+        // The queue brought it only a holder's write and a refused delete of an older message.
+        let others = vec![queued(None, Some(4)), queued(Some("DEL"), Some(3))];
+        for queue in [Some(others), None] {
+            let started = Instant::now();
+            let mut waiter = waiter(vec![Ok((6, true))], queue);
+            assert_eq!(waiter.turn().await, Ok(6));
+            assert!((STAGGER_FROM..STAGGER_TO).contains(&started.elapsed()), "{:?}", started.elapsed());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_holder_seen_during_the_stagger_keeps_the_waiter_waiting() {
+        let put_soon = stream::once(async {
+            tokio::time::sleep(STAGGER_FROM / 2).await;
+            Ok((7, false))
+        });
+        let watch = stream::iter(vec![Ok((6, true))]).chain(put_soon).chain(stream::pending());
+        let mut waiter = Watching::new("lock", Box::pin(watch), None, Turns::read(5, false, Instant::now()));
+        assert!(tokio::time::timeout(Duration::from_secs(3600), waiter.turn()).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_watch_ends_the_wait() {
+        let mut waiter = waiter(vec![Err("gone away".into())], None);
+        assert_eq!(waiter.turn().await, Err("gone away".to_string()));
+        let mut ended = Watching::new("lock", Box::pin(stream::empty()), None, Turns::read(5, false, Instant::now()));
+        assert_eq!(ended.turn().await, Err("the watch ended".to_string()));
     }
 }
