@@ -51,10 +51,14 @@
 //!   the delete and one acquire whatever the number of waiters (with 100 waiters, about 74
 //!   requests a handoff when every waiter acted, 2 now), and that acquire is one publish
 //!   expecting the marker the watch showed, no read first (refused, it is a lost race: it
-//!   reads and reports who holds the lock). A chosen waiter that is frozen (SIGSTOP: its
-//!   connection is up and the server keeps choosing it) or dead before its connection closed
-//!   costs the others one stagger. An expiry marker is stored by the server, never published:
-//!   nobody is chosen, and the first stagger to run out takes the lock. All of it is a hint;
+//!   reads and reports who holds the lock). The group also gets the publishes the stream
+//!   refuses, so a delete chooses its waiter only for the marker that follows the message it
+//!   names (`Nats-Expected-Last-Subject-Sequence`). A chosen waiter that does not act costs
+//!   the others one stagger: one frozen (SIGSTOP: its connection is up, the server keeps
+//!   choosing it), or on a host that vanished (a member until the server's pings give up on
+//!   its connection; a killed process's connection closes at once). An expiry marker is
+//!   stored by the server, never published: nobody is chosen, and the first stagger to run
+//!   out takes the lock, at most 300 ms after the marker. All of it is a hint;
 //!   the guarded publish is still the only way to the lease, and a waiter of an older
 //!   leaderrun (in no group) acts at every release as it did, the publish deciding the race.
 //!   A user that may not subscribe to `$KV.<bucket>.>` needs nothing more: the server refuses
