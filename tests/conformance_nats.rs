@@ -1,7 +1,9 @@
 //! The conformance suite against a real NATS server with JetStream (one per test, started
 //! in a temporary directory), and what only this store has: Choria compatibility (its
 //! leader election bucket, its create and evict), error kinds and messages without the
-//! password, lock names that are not NATS keys, and riding out a server restart.
+//! password, lock names that are not NATS keys, riding out a server restart, and the waiters'
+//! queue group (which waiter a release wakes, and what a frozen one or a user without
+//! subscribe permission costs the others).
 
 mod conformance;
 mod servers;
