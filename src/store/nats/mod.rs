@@ -62,8 +62,8 @@
 //!   the guarded publish is still the only way to the lease, and a waiter of an older
 //!   leaderrun (in no group) acts at every release as it did, the publish deciding the race.
 //!   A user that may not subscribe to `$KV.<bucket>.>` needs nothing more: the server refuses
-//!   the queue subscription (asynchronously, delivering nothing to it), so that waiter is never
-//!   chosen and takes a release after a stagger. In a bucket that leaves expiry markers the
+//!   the queue subscription (asynchronously, delivering nothing to it; leaderrun warns), so
+//!   that waiter is never chosen and takes a release after a stagger. In a bucket that leaves expiry markers the
 //!   watch also sees a lease expire, and the waiting run re-reads only when `changed` returns.
 //!
 //! Expiry. Where the bucket allows per-message TTL (`allow_msg_ttl`, nats-server 2.11+;
@@ -309,8 +309,15 @@ impl NatsStore {
             .ping_interval(PING_INTERVAL)
             // The first attempt at once (async-nats counts from 1, and a delay there would be
             // added to every run's start), then 100 ms more per failed attempt, at most 2 s.
-            .reconnect_delay_callback(|attempts| {
-                Duration::from_millis(100 * attempts.saturating_sub(1).min(20) as u64)
+            .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.saturating_sub(1).min(20) as u64))
+            // The server refuses a subscription it does not permit by an error of its own,
+            // after the fact; the waiter goes on without the queue group (see `wait.rs`).
+            .event_callback(|event| async move {
+                if let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = event {
+                    if text.to_ascii_lowercase().contains("permissions violation for subscription") {
+                        tracing::warn!("waiting without the queue group (each release costs a stagger): {text}");
+                    }
+                }
             });
         match &target.auth {
             Auth::None => {}
