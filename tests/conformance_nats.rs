@@ -1,7 +1,9 @@
 //! The conformance suite against a real NATS server with JetStream (one per test, started
 //! in a temporary directory), and what only this store has: Choria compatibility (its
 //! leader election bucket, its create and evict), error kinds and messages without the
-//! password, lock names that are not NATS keys, and riding out a server restart.
+//! password, lock names that are not NATS keys, riding out a server restart, and the waiters'
+//! queue group (which waiter a release wakes, and what a frozen one or a user without
+//! subscribe permission costs the others).
 
 mod conformance;
 mod servers;
@@ -408,4 +410,218 @@ async fn a_release_of_an_unchanged_lease_is_one_request() {
     assert!(b.revoke(&lock).await.unwrap().is_some());
     a.release(&lease, Duration::ZERO).await.unwrap();
     assert!(!b.status(&lock).await.unwrap().is_held());
+}
+
+/// The waiters' queue group on a lock's key, as the store names it (a test's stand-in for a
+/// waiter joins it to be chosen and never act).
+const QUEUE_GROUP: &str = "leaderrun";
+
+fn key_subject(lock: &str) -> String {
+    format!("$KV.leaderrun.{lock}")
+}
+
+/// Every message the subscriptions have been given so far (`flushed` first: a round trip
+/// to the server, which sends what it delivered before its answer).
+async fn given(client: &async_nats::Client, members: &mut [async_nats::Subscriber]) -> Vec<async_nats::Message> {
+    use futures_util::{FutureExt, StreamExt};
+    client.flush().await.expect("flush");
+    let mut messages = Vec::new();
+    for member in members {
+        while let Some(Some(message)) = member.next().now_or_never() {
+            messages.push(message);
+        }
+    }
+    messages
+}
+
+fn header(message: &async_nats::Message, name: &str) -> Option<String> {
+    message.headers.as_ref()?.get(name).map(|v| v.as_str().to_string())
+}
+
+/// What the wake-ups rest on, checked against the server: a JetStream publish on a key's
+/// subject (an acquire, a release's delete) reaches exactly one member of a core queue group
+/// on that subject, and a delete names the message it deletes; the marker the server leaves
+/// when a per-message TTL runs out reaches none (only a KV watch shows it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_reaches_one_queue_member_and_an_expiry_none() {
+    use futures_util::StreamExt;
+    let nt = nt().await;
+    let store = nt.open().await;
+    let js = nt.server.jetstream().await;
+    let client = js.client();
+    let lock = unique("queue");
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        members.push(client.queue_subscribe(key_subject(&lock), QUEUE_GROUP.into()).await.unwrap());
+    }
+    client.flush().await.unwrap();
+    let mut watch = js.get_key_value("leaderrun").await.unwrap().watch(&lock).await.unwrap();
+
+    let lease = won(&*store, &lock, "a", TTL).await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    let messages = given(&client, &mut members).await;
+    let mut operations: Vec<_> = messages.iter().map(|m| header(m, "KV-Operation")).collect();
+    operations.sort();
+    assert_eq!(operations, [None, Some("DEL".to_string())], "the acquire and the delete, each to one member");
+    let delete = messages.iter().find(|m| header(m, "KV-Operation").is_some()).unwrap();
+    let expected = header(delete, "Nats-Expected-Last-Subject-Sequence");
+    assert_eq!(expected, Some(lease.token.to_string()), "a release's delete names the message it deletes");
+
+    won(&*store, &lock, "b", Duration::from_secs(1)).await;
+    let expired = tokio::time::timeout(SOON, async {
+        while let Some(entry) = watch.next().await {
+            if entry.unwrap().operation == kv::Operation::Purge {
+                return;
+            }
+        }
+    });
+    expired.await.expect("the entry expires, and the watch shows its marker");
+    let messages = given(&client, &mut members).await;
+    assert_eq!(messages.len(), 1, "b's acquire, and no expiry marker: {messages:?}");
+    assert_eq!(header(&messages[0], "Nats-Marker-Reason"), None);
+}
+
+/// Take the lock as a waiting run does: acquire, and wait for a change whenever it is held.
+async fn take_when_free(store: &dyn Store, lock: &str, identity: &str) -> leaderrun::store::Lease {
+    loop {
+        match store.acquire(lock, identity, TTL).await.expect("acquire") {
+            Acquire::Won(lease) => return lease,
+            Acquire::Held(_) => store.changed(lock, Duration::from_secs(3600)).await,
+            other => panic!("{identity}: unexpected {other:?}"),
+        }
+    }
+}
+
+/// The waiters take turns: a release is taken by the waiter the queue group chose, the others
+/// stay quiet, so a handoff costs a few requests however many wait (about 74 before).
+#[tokio::test]
+async fn a_hundred_waiters_each_get_their_turn_once() {
+    let (requests, _counting) = count_requests();
+    conformance::a_hundred_waiters_take_turns(&nt().await, &requests, 2.0..10.0).await;
+}
+
+/// A waiter the queue group chooses but that never acts (a process stopped with SIGSTOP: its
+/// connection stays up and the server keeps choosing it) costs the others one stagger: the
+/// live waiter still takes every release. Rounds go on until the frozen one was chosen at
+/// least once (each release, one chance in two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_waiter_chosen_for_a_release_does_not_stall_the_others() {
+    let nt = nt().await;
+    let (holder, waiter) = (nt.open().await, nt.open().await);
+    let lock = unique("frozen");
+    let client = nt.server.jetstream().await.client();
+    let mut frozen = [client.queue_subscribe(key_subject(&lock), QUEUE_GROUP.into()).await.unwrap()];
+    let mut frozen_chosen = 0;
+    for _ in 0..20 {
+        let lease = won(&*holder, &lock, "holder", TTL).await;
+        held(&*waiter, &lock, "waiter").await;
+        // The waiter's watch and queue subscription are open (the wait runs out: the lock is held).
+        waiter.changed(&lock, Duration::from_millis(500)).await;
+        holder.release(&lease, Duration::ZERO).await.unwrap();
+        let taken = tokio::time::timeout(SOON, take_when_free(&*waiter, &lock, "waiter")).await;
+        let next = taken.expect("the live waiter never took the released lock");
+        assert!(next.token > lease.token);
+        waiter.release(&next, Duration::ZERO).await.unwrap();
+        let deleted = lease.token.to_string();
+        let to_frozen = given(&client, &mut frozen).await;
+        if to_frozen.iter().any(|m| header(m, "Nats-Expected-Last-Subject-Sequence") == Some(deleted.clone())) {
+            frozen_chosen += 1;
+            if frozen_chosen == 2 {
+                return;
+            }
+        }
+    }
+    panic!("the frozen waiter was chosen {frozen_chosen} times in 20 releases");
+}
+
+/// A lone waiter is always the one chosen: the release wakes it at once, and its acquire
+/// expects the delete marker its watch showed: one publish, no read. A waiter whose race was
+/// lost (another took the lock between its wake and its acquire) is refused, reads, and
+/// reports the new holder.
+#[tokio::test]
+async fn a_waiters_acquire_after_a_wake_is_one_request() {
+    let (requests, _counting) = count_requests();
+    let nt = nt().await;
+    let (a, b, c) = (nt.open().await, nt.open().await, nt.open().await);
+    let lock = unique("wake");
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    b.changed(&lock, Duration::from_millis(500)).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(SOON, b.changed(&lock, Duration::from_secs(3600))).await.expect("the release wakes b");
+    let before = requests.count();
+    let taken = won(&*b, &lock, "b", TTL).await;
+    assert_eq!(requests.count() - before, 1, "a publish expecting the marker, no read");
+
+    b.release(&taken, Duration::ZERO).await.unwrap();
+    let lease = won(&*c, &lock, "c", TTL).await;
+    held(&*a, &lock, "a").await;
+    a.changed(&lock, Duration::from_millis(500)).await;
+    c.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(SOON, a.changed(&lock, Duration::from_secs(3600))).await.expect("the release wakes a");
+    let lease = won(&*c, &lock, "c", TTL).await;
+    let before = requests.count();
+    match a.acquire(&lock, "a", TTL).await.unwrap() {
+        Acquire::Held(record) => assert_eq!(record.holder.as_deref(), Some("c")),
+        other => panic!("a lost the race to c: {other:?}"),
+    }
+    assert_eq!(requests.count() - before, 2, "a refused publish, then a read");
+    // The next acquire is a plain one: a read, no publish.
+    held(&*a, &lock, "a").await;
+    assert_eq!(requests.count() - before, 3);
+    c.release(&lease, Duration::ZERO).await.unwrap();
+}
+
+/// A NATS user that may not subscribe to the bucket's subjects (only to its inboxes, which
+/// the watch and replies use): its waiters are in no queue group, are never chosen, and take
+/// a released lock after a stagger. Its subscription is refused asynchronously: an idle
+/// standby still sends nothing, and nothing fails.
+#[tokio::test]
+async fn a_user_without_subscribe_permission_on_the_bucket_still_gets_the_lock() {
+    let (requests, _counting) = count_requests();
+    let server = Nats::start_with(
+        "authorization {\n  users: [ { user: limited, password: Limited-Pass-1, permissions: { subscribe: { deny: \
+         [\"$KV.>\"] } } } ]\n}",
+    );
+    let limited = Limited { url: format!("nats://limited:Limited-Pass-1@127.0.0.1:{}", server.port()) };
+    conformance::an_idle_standby_sends_nothing(&limited, &requests).await;
+
+    // The server does refuse this user's queue subscription (as an asynchronous error).
+    let (refusals, mut refused) = tokio::sync::mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::with_user_and_password("limited".into(), "Limited-Pass-1".into())
+        .event_callback(move |event| {
+            let refusals = refusals.clone();
+            async move {
+                let _ = refusals.send(event.to_string().to_lowercase());
+            }
+        })
+        .connect(format!("127.0.0.1:{}", server.port()))
+        .await
+        .expect("the limited user connects");
+    let _queue = client.queue_subscribe(key_subject("x"), QUEUE_GROUP.into()).await.unwrap();
+    client.flush().await.unwrap();
+    let violation = async {
+        while let Some(event) = refused.recv().await {
+            if event.contains("permissions violation") {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(SOON, violation).await.expect("the queue subscription is refused");
+}
+
+/// Stores of a user whose permissions leave out subscribing to the bucket's subjects.
+struct Limited {
+    url: String,
+}
+
+#[async_trait]
+impl Harness for Limited {
+    async fn open(&self) -> Arc<dyn Store> {
+        open_url(&self.url, Access::Create).await.expect("open the NATS store as the limited user")
+    }
+
+    async fn restart(&self) {
+        unreachable!("not restarted")
+    }
 }

@@ -23,7 +23,8 @@
 //!   expiry marker, publish the identity expecting exactly that message (Choria's create);
 //!   otherwise the lock is held (whoever wrote it: an entry without leaderrun's headers is
 //!   held by its value, and its revision stands for its token, which changes at each of a
-//!   Choria leader's renewals).
+//!   Choria leader's renewals). A waiter whose turn just came (see changed) already saw the
+//!   marker on its watch: its next acquire publishes expecting that marker without reading.
 //! - fencing token = the stream sequence (the KV revision) of the acquiring message. Stream
 //!   sequences only grow for the life of the stream, across deletes, expiries and server
 //!   restarts, so every acquisition gets a larger token than all before it. Later writes of
@@ -40,11 +41,30 @@
 //! - release: a KV delete (`KV-Operation: DEL`) expecting the message this client last wrote
 //!   for the lease (one request), or else the message read; a waiter's watch sees it at once. With --min-hold it republishes the entry with a TTL of the time left and
 //!   `Leaderrun-Kept: 1`; nobody renews such an entry.
-//! - changed: a KV watch on the key, opened before a read, so a release between the two is
-//!   not missed; it returns on a delete, purge or expiry marker, or at the caller's bound. The
-//!   watch stays open across waits (closed when the lock is won), so an idle standby sends
-//!   nothing; in a bucket that leaves expiry markers it also sees a lease expire, and the
-//!   waiting run re-reads only when it returns.
+//! - changed: a KV watch on the key, and a core subscription on the key's own subject in the
+//!   queue group `leaderrun`, both opened before a read (so a release between them is not
+//!   missed) and kept across waits (closed when the lock is won), so an idle standby sends
+//!   nothing. Every waiter's watch shows every delete, purge or expiry marker, but the server
+//!   delivers a release's delete (a publish on that subject) to ONE member of the group: that
+//!   waiter acts at once; every other one waits a random stagger of 100 to 300 ms and acts
+//!   only if its watch has shown no new holder's PUT by then (`turn.rs`). A release thus costs
+//!   the delete and one acquire whatever the number of waiters (with 100 waiters, about 74
+//!   requests a handoff when every waiter acted, 2 now), and that acquire is one publish
+//!   expecting the marker the watch showed, no read first (refused, it is a lost race: it
+//!   reads and reports who holds the lock). The group also gets the publishes the stream
+//!   refuses, so a delete chooses its waiter only for the marker that follows the message it
+//!   names (`Nats-Expected-Last-Subject-Sequence`). A chosen waiter that does not act costs
+//!   the others one stagger: one frozen (SIGSTOP: its connection is up, the server keeps
+//!   choosing it), or on a host that vanished (a member until the server's pings give up on
+//!   its connection; a killed process's connection closes at once). An expiry marker is
+//!   stored by the server, never published: nobody is chosen, and the first stagger to run
+//!   out takes the lock, at most 300 ms after the marker. All of it is a hint;
+//!   the guarded publish is still the only way to the lease, and a waiter of an older
+//!   leaderrun (in no group) acts at every release as it did, the publish deciding the race.
+//!   A user that may not subscribe to `$KV.<bucket>.>` needs nothing more: the server refuses
+//!   the queue subscription (asynchronously, delivering nothing to it; leaderrun warns), so
+//!   that waiter is never chosen and takes a release after a stagger. In a bucket that leaves expiry markers the
+//!   watch also sees a lease expire, and the waiting run re-reads only when `changed` returns.
 //!
 //! Expiry. Where the bucket allows per-message TTL (`allow_msg_ttl`, nats-server 2.11+;
 //! buckets leaderrun creates do), every write of a held lease carries `Nats-TTL` = ttl rounded
@@ -100,10 +120,13 @@ use choria::Choria;
 use keys::{key_of, lock_of};
 use target::Auth;
 pub use target::Target;
+use wait::Watching;
 
 mod choria;
 mod keys;
 mod target;
+mod turn;
+mod wait;
 
 /// The bucket unless the URL has a path.
 pub const DEFAULT_BUCKET: &str = "leaderrun";
@@ -267,14 +290,8 @@ pub struct NatsStore {
     written: std::sync::Mutex<HashMap<(String, String, u64), Written>>,
     /// The URL without its secrets, for messages.
     shown: String,
-    /// The watch a waiting campaign keeps open across `changed` calls.
+    /// The watch and queue subscription a waiting campaign keeps across `changed` calls.
     watching: tokio::sync::Mutex<Option<Watching>>,
-}
-
-/// A KV watch on one lock's key, kept while this store waits for that lock.
-struct Watching {
-    lock: String,
-    watch: kv::Watch,
 }
 
 impl NatsStore {
@@ -292,8 +309,15 @@ impl NatsStore {
             .ping_interval(PING_INTERVAL)
             // The first attempt at once (async-nats counts from 1, and a delay there would be
             // added to every run's start), then 100 ms more per failed attempt, at most 2 s.
-            .reconnect_delay_callback(|attempts| {
-                Duration::from_millis(100 * attempts.saturating_sub(1).min(20) as u64)
+            .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.saturating_sub(1).min(20) as u64))
+            // The server refuses a subscription it does not permit by an error of its own,
+            // after the fact; the waiter goes on without the queue group (see `wait.rs`).
+            .event_callback(|event| async move {
+                if let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = event {
+                    if text.to_ascii_lowercase().contains("permissions violation for subscription") {
+                        tracing::warn!("waiting without the queue group (each release costs a stagger): {text}");
+                    }
+                }
             });
         match &target.auth {
             Auth::None => {}
@@ -602,39 +626,6 @@ impl NatsStore {
         }
     }
 
-    /// Return once the key may have been freed. The watch is kept open across calls (one per
-    /// store, for the lock waited on), so an idle standby sends nothing while it waits; a new
-    /// one is opened before a read, so a release between the two is not missed. A release seen
-    /// while no call was waiting makes the next call return at once (the caller re-reads:
-    /// harmless). A watch that fails or ends is dropped and opened anew by the next call.
-    async fn wait_freed(&self, lock: &str) -> Result<()> {
-        let Some(bucket) = self.bucket().await? else {
-            return Ok(());
-        };
-        let mut slot = self.watching.lock().await;
-        if slot.as_ref().is_none_or(|w| w.lock != lock) {
-            *slot = None;
-            let watch = self.call("watch", bucket.kv.watch(key_of(lock))).await?;
-            *slot = Some(Watching { lock: lock.to_string(), watch });
-            if self.read(bucket, lock).await?.is_none_or(|e| e.gone) {
-                return Ok(());
-            }
-        }
-        let Some(watching) = slot.as_mut() else {
-            return Ok(());
-        };
-        let why = loop {
-            match watching.watch.next().await {
-                Some(Ok(entry)) if entry.operation != kv::Operation::Put => return Ok(()),
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => break describe(&e),
-                None => break "the watch ended".to_string(),
-            }
-        };
-        *slot = None;
-        Err(self.error(why))
-    }
-
     /// Free the lease's entry (or keep it for what is left of `keep`, for --min-hold) if the
     /// key's last message is still `seq`; false if it is not.
     async fn release_at(
@@ -662,13 +653,6 @@ impl NatsStore {
         };
         Ok(done.is_some())
     }
-
-    /// A waiting campaign is over (this store holds the lock now): close the watch.
-    fn stop_watching(&self) {
-        if let Ok(mut slot) = self.watching.try_lock() {
-            *slot = None;
-        }
-    }
 }
 
 #[async_trait]
@@ -676,12 +660,21 @@ impl Store for NatsStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         let bucket = self.bucket_for_write().await?;
         self.check_ttl(bucket, ttl)?;
+        // A waiter whose turn came saw the marker that freed the lock: it expects that one,
+        // without a read. If someone else wrote since, the publish is refused: a lost race,
+        // and the read below says who holds it.
+        let mut woke = self.take_wake(lock);
         for _ in 0..MAX_RACES {
-            let entry = self.read(bucket, lock).await?;
-            let expected = match &entry {
-                None => 0,
-                Some(e) if e.gone || bucket.keep_ended(e) => e.seq,
-                Some(e) => return Ok(Acquire::Held(self.record(bucket, lock, Some(e)))),
+            let expected = match woke.take() {
+                Some(marker) => marker,
+                None => match self.read(bucket, lock).await? {
+                    None => 0,
+                    Some(e) if e.gone || bucket.keep_ended(&e) => e.seq,
+                    Some(e) => {
+                        self.note_held(lock, e.seq);
+                        return Ok(Acquire::Held(self.record(bucket, lock, Some(&e))));
+                    }
+                },
             };
             // The token is this message's own sequence: no token header on the first write.
             let acquired_ms = now_ms();
@@ -863,7 +856,7 @@ impl Store for NatsStore {
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
-        super::watch_at_most(self.wait_freed(lock), max_wait).await
+        super::watch_at_most(self.wait_turn(lock), max_wait).await
     }
 }
 
