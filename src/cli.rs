@@ -141,7 +141,8 @@ pub const STORES: &[(&str, &str)] = &[
         "nats://[user:pass@|token@]host:4222[,host2:4222...][/BUCKET][?replicas=N&creds=FILE&tls=1&tlsca=FILE]",
         "One key per lock in a JetStream KV bucket (default leaderrun, created with per-message TTL); writes are \
          compare-and-sets on the key's last revision, the fencing token is the acquiring write's revision \
-         (tokens grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key. The \
+         (tokens grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key, and a queue group on its subject picks the one that tries first at a release (the others \
+         try 100–300 ms later if nobody has). The \
          value is the holder's identity, as Choria writes it: with /CHORIA_LEADER_ELECTION, Choria's tools show \
          the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. In a bucket \
          without per-message TTL (Choria's) leaderrun wins as Choria does: it waits one campaign interval \
