@@ -198,8 +198,6 @@ struct Sql {
     status: String,
     list: String,
     revoke: String,
-    /// Mark a waiter's session as waiting for a lock (`turns.rs`).
-    register: String,
 }
 
 /// A value put into a statement by `Sql::text`.
@@ -303,7 +301,7 @@ impl Sql {
                     WHERE l.name = $2 AND l.token = $3 AND l.holder = $4
                     RETURNING l.holder)
                  SELECT pg_notify('{CHANNEL}', $2), {turn} FROM done WHERE holder IS NULL",
-                turn = turns::choose_sql(&t, "$2", "$5")
+                turn = turns::choose_sql("$2", "$6", "$5")
             )),
             status: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1")),
             list: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name")),
@@ -320,9 +318,8 @@ impl Sql {
                     WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > clock_timestamp()
                     RETURNING name)
                  SELECT pg_notify('{CHANNEL}', name), {turn} FROM done",
-                turn = turns::choose_sql(&t, "name", "0")
+                turn = turns::choose_sql("name", "$3", "0")
             )),
-            register: turns::register_sql(&t),
         }
     }
 }
@@ -516,7 +513,8 @@ impl PostgresStore {
         // A lost connection is reported to us (we re-read: a release may have been missed).
         listener.eager_reconnect(false);
         listener.listen_all([CHANNEL, TURN_CHANNEL]).await.map_err(|e| self.error(e))?;
-        let register = self.statement(&self.sql.register, &[Value::Text(lock)])?;
+        let register =
+            self.statement(turns::REGISTER_SQL, &[Value::Text(&turns::waiting_name(&self.sql.table, lock))])?;
         let pid = register.fetch_one(&mut listener).await.and_then(|row| row.try_get::<i32, _>(0));
         let pid = pid.map_err(|e| self.error(e))? as u32;
         self.waited_as.store(pid, Ordering::Relaxed);
@@ -699,6 +697,7 @@ impl PostgresStore {
                 Value::Int(lease.token as i64),
                 Value::Text(&lease.identity),
                 Value::Int(self.waited_as.load(Ordering::Relaxed).into()),
+                Value::Text(&turns::waiting_name(&self.sql.table, &lease.lock)),
             ];
             done = self.statement(&self.sql.release, &values)?.execute(&mut *conn).await;
             match &done {
@@ -731,7 +730,8 @@ impl PostgresStore {
             if !before.is_held() {
                 return Ok(None);
             }
-            let values = [Value::Text(lock), Value::Int(before.token as i64)];
+            let waiting = turns::waiting_name(&self.sql.table, lock);
+            let values = [Value::Text(lock), Value::Int(before.token as i64), Value::Text(&waiting)];
             let done = match self.statement(&self.sql.revoke, &values)?.fetch_all(&mut *conn).await {
                 Err(err) if no_kept_column(&err) => {
                     self.add_kept_column(&mut *conn).await?;
