@@ -116,7 +116,9 @@ def start_postgres(d: Path, procs: "Procs") -> dict:
         shutil.chown(d, "postgres", "postgres")
     subprocess.run(as_server_user([PG_BIN / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"]),
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    opts = f"-p {port} -k {d} -c listen_addresses=127.0.0.1 -c fsync=off"
+    # A standby holds two connections (its own and the one it listens on): 100 waiters need
+    # more than the default 100, or the late ones poll instead of listening.
+    opts = f"-p {port} -k {d} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
     subprocess.run(as_server_user([PG_BIN / "pg_ctl", "-D", data, "-l", d / "log", "-w", "-o", opts, "start"]),
                    check=True, stdout=subprocess.DEVNULL, env=procs.env)
     return {"port": port, "data": data}

@@ -77,6 +77,7 @@ pub async fn wait_for_release<S, F, Fut>(
                 Ok(Ok(feed)) => {
                     let feed = guard.insert(feed);
                     if !matches!(store.status(lock).await, Ok(record) if record.is_held()) {
+                        tracing::trace!("free (or unknown) when the feed opened");
                         return;
                     }
                     feed
@@ -96,6 +97,7 @@ pub async fn wait_for_release<S, F, Fut>(
             Ok(Heard::Released(name)) if name == lock => return,
             Ok(Heard::Released(_)) | Ok(Heard::Nothing) => continue,
             Ok(Heard::Lost) => {
+                tracing::debug!("the connection that hears releases was lost");
                 *guard = None;
                 return;
             }

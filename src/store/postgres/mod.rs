@@ -829,6 +829,7 @@ impl ReleaseFeed for Waiting {
         };
         match received {
             Ok(Some(notification)) => {
+                tracing::trace!(channel = notification.channel(), payload = notification.payload(), "heard");
                 let note = Note::parse(notification.channel(), notification.payload());
                 if note.is_some_and(|note| self.turns.heard(note, tokio::time::Instant::now())) {
                     Heard::Released(self.turns.lock().to_string())
