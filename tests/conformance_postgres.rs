@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, TTL};
+use conformance::{held, unique, waiting, won, Harness, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::postgres::Postgres;
@@ -266,19 +266,7 @@ fn waiting_sessions(server: &Postgres) -> usize {
 
 /// Wait (with a generous bound) until `n` sessions are marked as waiting.
 async fn until_waiting(server: &Postgres, n: usize) {
-    tokio::time::timeout(conformance::SOON, async {
-        while waiting_sessions(server) != n {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("never {n} waiting sessions"));
-}
-
-/// A waiter that waits in `changed` on `lock` (for up to an hour), as a task.
-fn waiting(store: &Arc<dyn Store>, lock: &str) -> tokio::task::JoinHandle<()> {
-    let (store, lock) = (store.clone(), lock.to_string());
-    tokio::spawn(async move { store.changed(&lock, Duration::from_secs(3600)).await })
+    conformance::until_count("waiting sessions", n, || waiting_sessions(server)).await
 }
 
 /// A release wakes the waiter that has waited longest, and only it; once that one has won,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, TTL};
+use conformance::{held, unique, waiting, won, Harness, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{ErrorKind, Renew, Store, StoreError};
 use servers::redis::Redis;
@@ -229,19 +229,7 @@ fn blocked_clients(server: &Redis) -> usize {
 
 /// Wait (with a generous bound) until the server has `n` clients blocked.
 async fn until_blocked(server: &Redis, n: usize) {
-    tokio::time::timeout(conformance::SOON, async {
-        while blocked_clients(server) != n {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("never {n} blocked clients"));
-}
-
-/// A waiter that waits in `changed` on `lock` (for up to an hour), as a task.
-fn waiting(store: &Arc<dyn Store>, lock: &str) -> tokio::task::JoinHandle<()> {
-    let (store, lock) = (store.clone(), lock.to_string());
-    tokio::spawn(async move { store.changed(&lock, Duration::from_secs(3600)).await })
+    conformance::until_count("blocked clients", n, || blocked_clients(server)).await
 }
 
 /// Two waiters block; a release wakes one of them, and the other stays blocked: a handoff

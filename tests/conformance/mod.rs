@@ -523,6 +523,24 @@ impl Drop for Counting {
     }
 }
 
+/// A task that waits in `changed` on `lock` (for up to an hour).
+pub fn waiting(store: &Arc<dyn Store>, lock: &str) -> tokio::task::JoinHandle<()> {
+    let (store, lock) = (store.clone(), lock.to_string());
+    tokio::spawn(async move { store.changed(&lock, Duration::from_secs(3600)).await })
+}
+
+/// Wait (up to `SOON`) until `count` says `n`: a server's own count of waiters, read again
+/// every 10 ms. `what` names it if it never does.
+pub async fn until_count(what: &str, n: usize, count: impl Fn() -> usize) {
+    tokio::time::timeout(SOON, async {
+        while count() != n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never {n} {what}"));
+}
+
 /// Count this thread's store requests from now on (until the `Counting` is dropped).
 pub fn count_requests() -> (Requests, Counting) {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
