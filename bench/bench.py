@@ -1293,7 +1293,7 @@ WHY_NOT: dict[str, str] = {
         "(33 ms at best). ZooKeeper's handoff is the holder's release, then the waiter's read and its "
         "acquiring multi-op, each through the ensemble's leader (p50 8 ms; its p99 moves with the load). "
         "etcd's is the release's lease revoke, then the waiter's grant and transaction: three synced Raft "
-        "writes in a row (p50 7.7 ms, p99 11 ms here; `etcdctl lock` hands over with one delete). The "
+        "writes in a row (p50 7.6 ms, p99 10 to 11 ms; `etcdctl lock` hands over with one delete). The "
         "stores that push a release (SQLite's kernel queue, PostgreSQL's NOTIFY, MariaDB's GET_LOCK, "
         "Redis, NATS) are under 10 ms.",
     "herd":
@@ -1305,8 +1305,8 @@ WHY_NOT: dict[str, str] = {
         "one waiter; the others stand by 100 to 300 ms: 73.8 before), ZooKeeper (each waiter watches only the "
         "one ahead of it: 278 before) and etcd (a queue of keys: 201 before). What p99 is left over 10 ms is "
         "a hundred processes on two cores waking to one push each (etcd, NATS: pushed events, no requests) "
-        "or one slow handoff in a hundred (PostgreSQL, ZooKeeper: the woken waiter's round trips through the "
-        "server). Kubernetes: every waiter still sees each release on its watch and tries (the requests "
+        "or one slow handoff in a hundred (ZooKeeper: the woken waiter's round trips through the "
+        "leader). Kubernetes: every waiter still sees each release on its watch and tries (the requests "
         "column). The API has no way to hand a change to one watcher; a line of waiters would take an object "
         "per waiter in the user's namespace (create and delete rights, clutter in `kubectl get leases`, and "
         "nothing expires a dead waiter's object) or writes to the Lease that would race the holder's "
@@ -1337,7 +1337,8 @@ WHY_NOT: dict[str, str] = {
         "server grants: 2 s here, on a server ticking every 500 ms). A 2 s ttl so gets a 4.5 s session; "
         "the takeover follows it. On S3, Cloud Storage and Datastore a standby times the lease from when "
         "its poll last saw the record change, up to a poll (1.5 s) after the holder's last renewal: "
-        "the takeover can reach ttl × 1.02 + 0.1 s plus a poll (Cloud Storage's 3.3 s max in the 2026-11-23 run; within ttl + 1 s in this one).",
+        "the takeover can reach ttl × 1.02 + 0.1 s plus a poll, 3.6 s with the 2 s ttl here (3.3 s seen on "
+        "Cloud Storage on 2026-11-23, on S3 on 2026-11-24).",
 }
 
 
