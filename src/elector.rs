@@ -207,7 +207,12 @@ impl Elector {
                 }
                 Ok(Ok(Acquire::Confirm { lease, after })) => match self.confirm(lease, after).await {
                     Ok(confirmed) => return Ok(confirmed),
-                    Err(Unconfirmed::Lost(record)) if one_shot => return Err(Outcome::Conflict(record)),
+                    // Asked to stand down (revoked) before its child started: it ends as a holder would.
+                    Err(Unconfirmed::Lost(record))
+                        if one_shot || record.as_ref().is_some_and(|r| r.revoked && self.is_own(r)) =>
+                    {
+                        return Err(Outcome::Conflict(record))
+                    }
                     // Someone else's after all: campaign on (the next acquire sees who holds it).
                     Err(Unconfirmed::Lost(_)) => continue,
                     Err(Unconfirmed::Ended(outcome)) => return Err(outcome),
@@ -249,6 +254,13 @@ impl Elector {
                     }
                     backoff = timing.retry_every();
                     continue;
+                }
+                Ok(Err(err)) if err.is_transient() => {
+                    // A timeout of the store's own, or a reset after the request went out: the
+                    // store may have granted it all the same. Give it back, as for no answer,
+                    // or a one-shot run would leave its lease to keep every host out for a ttl.
+                    self.abandon().await;
+                    err
                 }
                 Ok(Err(err)) => err,
                 Err(_) => {
@@ -337,6 +349,10 @@ impl Elector {
             Ok(Ok(Renew::Renewed)) => return Ok((lease, sent)),
             Ok(Ok(Renew::Lost(record))) => {
                 tracing::debug!(token = lease.token, "the lease was lost during the cool-down");
+                // Revoked (`leaderrun release`) while cooling down, the entry is still this
+                // run's: nobody else may free it, and it would keep the lock for the store's
+                // whole lifetime of an entry. An entry taken since by another is left alone.
+                self.give_back(&lease).await;
                 return Err(Unconfirmed::Lost(record));
             }
             Ok(Err(err)) => err,
@@ -347,6 +363,11 @@ impl Elector {
         };
         self.give_back(&lease).await;
         Err(Unconfirmed::Failed(failure))
+    }
+
+    /// Whether `record` is held under this run's identity.
+    fn is_own(&self, record: &LockRecord) -> bool {
+        record.holder.as_deref() == Some(self.election.identity.as_str())
     }
 
     /// Best effort, briefly: free a lease this run won but will not use (its `release` leaves

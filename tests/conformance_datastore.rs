@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::{held, unique, won, Harness, TTL};
-use leaderrun::store::client_timed::{Record, Records, Version, Written};
+use leaderrun::store::client_timed::{Created, Record, Records, Version, Written};
 use leaderrun::store::datastore::{open_with, DatastoreRecords, Target};
 use leaderrun::store::google::{GoogleApi, Service};
 use leaderrun::store::url::Access;
@@ -107,8 +107,10 @@ async fn a_create_over_an_entity_and_a_stale_replace_are_refused() {
     let server = emulator().await;
     let (a, b) = (records(&server).await, records(&server).await);
     let lock = unique("guards");
-    let Written::Done(first) = a.create(&lock, &record("a", 1)).await.unwrap() else { panic!("the first create") };
-    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Written::Moved, "insert over an entity");
+    let Created::Done { version: first, .. } = a.create(&lock, &record("a", 1)).await.unwrap() else {
+        panic!("the first create")
+    };
+    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Created::Moved, "insert over an entity");
     let Written::Done(second) = b.replace(&lock, &record("b", 2), &first).await.unwrap() else {
         panic!("a replace at the current version")
     };
@@ -134,7 +136,7 @@ async fn the_same_record_written_again_changes_the_version() {
     let a = records(&server).await;
     let lock = unique("noop");
     let same = record("a", 1);
-    let Written::Done(mut last) = a.create(&lock, &same).await.unwrap() else { panic!("create") };
+    let Created::Done { version: mut last, .. } = a.create(&lock, &same).await.unwrap() else { panic!("create") };
     for _ in 0..3 {
         let Written::Done(next) = a.replace(&lock, &same, &last).await.unwrap() else { panic!("rewrite") };
         assert_ne!(next, last, "an identical rewrite must change the version");
@@ -172,7 +174,7 @@ async fn of_racing_replaces_and_creates_exactly_one_wins() {
         let (mut created, mut replaced) = (0, 0);
         for task in tasks {
             let (c, r) = task.await.unwrap();
-            created += matches!(c, Written::Done(_)) as usize;
+            created += matches!(c, Created::Done { .. }) as usize;
             replaced += matches!(r, Written::Done(_)) as usize;
         }
         assert_eq!((created, replaced), (1, 1), "round {round}: exactly one create and one replace of ten");
@@ -245,7 +247,9 @@ async fn a_long_list_comes_back_whole() {
     let store = open_url(&server.host(), &server.url(), Access::Create).await.unwrap();
     let a = records(&server).await;
     for i in 0..1200 {
-        let Written::Done(_) = a.create(&format!("many-{i:04}"), &record("x", 1)).await.unwrap() else { panic!() };
+        let Created::Done { version: _, .. } = a.create(&format!("many-{i:04}"), &record("x", 1)).await.unwrap() else {
+            panic!()
+        };
     }
     assert_eq!(store.list().await.unwrap().len(), 1200);
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::{held, unique, won, Harness, TTL};
-use leaderrun::store::client_timed::{Record, Records, Written};
+use leaderrun::store::client_timed::{Created, Record, Records, Written};
 use leaderrun::store::gcs::{open_with, GcsRecords, Target};
 use leaderrun::store::google::{GoogleApi, Service};
 use leaderrun::store::url::Access;
@@ -103,8 +103,10 @@ async fn a_create_over_an_object_and_a_stale_replace_are_refused() {
     let server = tokio::task::spawn_blocking(FakeGcs::start).await.unwrap();
     let (a, b) = (records(&server).await, records(&server).await);
     let lock = unique("preconditions");
-    let Written::Done(first) = a.create(&lock, &record("a", 1)).await.unwrap() else { panic!("the first create") };
-    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Written::Moved, "ifGenerationMatch=0 ignored");
+    let Created::Done { version: first, .. } = a.create(&lock, &record("a", 1)).await.unwrap() else {
+        panic!("the first create")
+    };
+    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Created::Moved, "ifGenerationMatch=0 ignored");
     let Written::Done(second) = b.replace(&lock, &record("b", 2), &first).await.unwrap() else {
         panic!("a replace at the current version")
     };
@@ -158,7 +160,12 @@ async fn of_racing_creates_and_replaces_exactly_one_wins() {
     }
     let created = race(&clients, |c, i| {
         let lock = lock.clone();
-        async move { c.create(&lock, &record(&format!("c{i}"), 1)).await.unwrap() }
+        async move {
+            match c.create(&lock, &record(&format!("c{i}"), 1)).await.unwrap() {
+                Created::Done { version, .. } => Written::Done(version),
+                Created::Moved => Written::Moved,
+            }
+        }
     })
     .await;
     assert_eq!(created.len(), 1, "exactly one create of ten may succeed");

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::{held, unique, won, Harness, TTL};
-use leaderrun::store::client_timed::{Record, Records, Written};
+use leaderrun::store::client_timed::{Created, Record, Records, Written};
 use leaderrun::store::s3::{open_with, ConfigLoader, S3Records, Target};
 use leaderrun::store::url::Access;
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
@@ -95,8 +95,10 @@ async fn a_create_over_an_object_and_a_stale_replace_are_refused() {
     let server = tokio::task::spawn_blocking(Moto::start).await.unwrap();
     let (a, b) = (records(&server).await, records(&server).await);
     let lock = unique("preconditions");
-    let Written::Done(first) = a.create(&lock, &record("a", 1)).await.unwrap() else { panic!("the first create") };
-    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Written::Moved, "If-None-Match: * ignored");
+    let Created::Done { version: first, .. } = a.create(&lock, &record("a", 1)).await.unwrap() else {
+        panic!("the first create")
+    };
+    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Created::Moved, "If-None-Match: * ignored");
     let Written::Done(second) = b.replace(&lock, &record("b", 2), &first).await.unwrap() else {
         panic!("a replace at the current version")
     };
@@ -131,7 +133,7 @@ async fn of_racing_creates_exactly_one_wins() {
     }
     let mut done = 0;
     for task in tasks {
-        if let Written::Done(_) = task.await.unwrap() {
+        if let Created::Done { .. } = task.await.unwrap() {
             done += 1;
         }
     }

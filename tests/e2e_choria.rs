@@ -202,3 +202,23 @@ fn a_mixed_fleet_under_evicts_and_kill_9_never_overlaps() {
     drop(campaigners);
     drop(s.nats);
 }
+
+/// `leaderrun release` while a one-shot run waits out its cool-down: the run stands down
+/// before its child starts, and gives its revoked entry back. Else the entry would keep the
+/// lock for the bucket's max age, and no second release could free it.
+#[test]
+fn a_one_shot_revoked_during_its_cool_down_leaves_the_lock_free() {
+    let s = setup();
+    let ran = s.sb.file("ran");
+    let script = format!("touch {}", ran.display());
+    let mut run = s.sb.spawn("one-shot", s.sb.at(&s.url, &["--lock", KEY, "--", "sh", "-c", &script]));
+    // Its acquisition is written; the child waits for the cool-down (about a campaign interval).
+    let written = || s.runtime.block_on(s.kv.entry(KEY)).unwrap().is_some_and(|e| e.operation == kv::Operation::Put);
+    wait_for(written, TAKEOVER, "the one-shot run's acquisition");
+    let released = s.sb.output(s.sb.at(&s.url, &["release", "--lock", KEY]));
+    assert_eq!(code_of(released.status, "leaderrun release"), 0, "{}", stderr_of(&released));
+    assert_eq!(run.wait_code(TAKEOVER), 0, "stood down as a conflict: {}", run.stderr());
+    assert!(!ran.exists(), "the child ran after its lease was revoked");
+    let (_, status) = status_json(&s.sb, &s.url, KEY);
+    assert!(status["holder"].is_null(), "the revoked entry was left behind: {status}");
+}

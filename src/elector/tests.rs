@@ -540,6 +540,39 @@ async fn an_acquire_that_times_out_runs_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_acquire_granted_but_answered_with_an_error_is_given_back() {
+    let mut s = setup();
+    // The store's own timeout (or a reset) fires after it granted the lease: the run sees only
+    // an error, which says nothing of whether the write landed.
+    s.store.set_acquire(Behaviour::DoneThenFail);
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
+    assert!(child.events().is_empty());
+    // Every other host's run of this firing must find the lock free, not held by a ghost.
+    assert_eq!(s.store.expiry(LOCK), None, "the granted lease was left for a whole ttl");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_whose_acquire_errs_after_the_grant_gives_it_back_before_retrying() {
+    let mut s = setup();
+    s.store.set_acquire(Behaviour::DoneThenFail);
+    let store = s.store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(secs(0.05)).await;
+        store.set_acquire(Behaviour::Normal);
+    });
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let outcome = s.elector("a", Mode::Wait { until: Some(secs(60.0)) }, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    let calls: Vec<String> = s.store.calls.lock().unwrap().iter().map(|(_, c)| c.clone()).collect();
+    // Given back (a release of token 1) before the next acquire, which then took token 2: not
+    // found held under its own identity by that acquire first.
+    assert_eq!(calls, ["acquire a", "release 1 keep 0ns", "acquire a", "release 2 keep 0ns"], "{calls:?}");
+    assert!(child.events().iter().any(|e| matches!(e, Event::Start { token: 2, .. })), "{:?}", child.events());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_ghost_lease_under_a_chosen_identity_is_left_to_expire() {
     let mut s = setup();
     s.store.set_acquire(Behaviour::Late(secs(9.5)));
@@ -734,6 +767,28 @@ async fn a_confirmation_that_finds_the_lease_lost_runs_nothing() {
     }
     assert!(child.events().is_empty(), "{:?}", child.events());
     assert_eq!(s.store.status(LOCK).await.unwrap().holder.as_deref(), Some("evictor"), "left alone");
+}
+
+/// `leaderrun release` during the cool-down revokes the entry this run wrote: the run must
+/// free it, or it would keep the lock for the store's whole lifetime of an entry, and no
+/// second release could free it (revoking only asks a holder to stand down).
+#[tokio::test(start_paused = true)]
+async fn a_revoke_during_the_cool_down_gives_the_lease_back() {
+    for mode in [Mode::OneShot { until: None }, Mode::Wait { until: None }] {
+        let mut s = setup();
+        s.store.set_confirm(Some(secs(3.0)));
+        let store = s.store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(secs(1.0)).await;
+            store.revoke(LOCK).await.unwrap();
+        });
+        let mut child = s.recorder(Some(secs(1.0)), true);
+        let outcome = s.elector("a", mode, Duration::ZERO).run(&mut child).await;
+        assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{mode:?}: stood down: {outcome:?}");
+        assert!(child.events().is_empty(), "{mode:?}: {:?}", child.events());
+        let status = s.store.status(LOCK).await.unwrap();
+        assert!(!status.is_held(), "{mode:?}: the revoked entry was left: {status:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

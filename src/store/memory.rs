@@ -35,6 +35,9 @@ pub enum Behaviour {
     Hang,
     /// Do the work at once but answer this much later.
     Late(Duration),
+    /// Do the work, then answer with an error (a reply lost to a reset, or a client-side
+    /// timeout that fired after the request went out).
+    DoneThenFail,
 }
 
 pub struct MemoryStore {
@@ -121,7 +124,7 @@ impl MemoryStore {
             Behaviour::Normal => Ok(()),
             Behaviour::Fail => Err(StoreError::unavailable("injected failure")),
             Behaviour::Hang => std::future::pending().await,
-            Behaviour::Late(_) => Ok(()),
+            Behaviour::Late(_) | Behaviour::DoneThenFail => Ok(()),
         }
     }
 
@@ -143,10 +146,14 @@ impl MemoryStore {
     }
 }
 
-async fn answer_late(behaviour: Behaviour) {
-    if let Behaviour::Late(delay) = behaviour {
-        tokio::time::sleep(delay).await;
+/// The answer to work already done: late, lost to an error, or as it is.
+async fn answer<T>(behaviour: Behaviour, result: T) -> Result<T> {
+    match behaviour {
+        Behaviour::Late(delay) => tokio::time::sleep(delay).await,
+        Behaviour::DoneThenFail => return Err(StoreError::unavailable("injected failure after the work was done")),
+        _ => {}
     }
+    Ok(result)
 }
 
 #[async_trait]
@@ -182,8 +189,7 @@ impl Store for MemoryStore {
                 Acquire::Held(self.record(lock, current.as_ref()))
             }
         };
-        answer_late(behaviour).await;
-        Ok(result)
+        answer(behaviour, result).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
@@ -206,8 +212,7 @@ impl Store for MemoryStore {
                 }
             }
         };
-        answer_late(behaviour).await;
-        Ok(result)
+        answer(behaviour, result).await
     }
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use super::records::{Feed, Found, Read, Record, Records, Version, Written};
+use super::records::{Created, Feed, Found, Read, Record, Records, Version, Written};
 use crate::store::Result;
 
 /// The last version issued, and each lock's record with its version.
@@ -20,6 +20,8 @@ type Rows = (u64, BTreeMap<String, (Record, u64)>);
 struct Server {
     rows: Mutex<Rows>,
     clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
+    /// The server's clock counts in steps of this (an HTTP `Date`: a second); zero: exact.
+    resolution: Duration,
     /// Bumped at every write.
     writes: watch::Sender<u64>,
     /// Bumped to end every open watch.
@@ -31,7 +33,18 @@ impl Server {
         let rows = self.rows.lock().unwrap();
         let found =
             rows.1.get(lock).map(|(record, v)| Found { record: record.clone(), version: Version(v.to_string()) });
-        Read { found, server_time: Some((self.clock)()), floor: rows.0 }
+        Read { found, server_time: Some(self.now()), floor: rows.0 }
+    }
+
+    /// The server's clock, cut down to its resolution.
+    fn now(&self) -> SystemTime {
+        let now = (self.clock)();
+        let step = self.resolution.as_nanos();
+        if step == 0 {
+            return now;
+        }
+        let since = now.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        std::time::UNIX_EPOCH + Duration::from_nanos(u64::try_from(since - since % step).unwrap_or(u64::MAX))
     }
 
     fn version(&self, lock: &str) -> Option<Version> {
@@ -73,17 +86,32 @@ pub struct MemoryRecords {
     requests: Mutex<Vec<(&'static str, tokio::time::Instant)>>,
     /// Act as a store that cannot watch and is polled this often (an object store).
     polled: Option<Duration>,
+    /// Hold this client's next create until the sender fires (or is dropped).
+    create_gate: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
 
 impl MemoryRecords {
     pub fn new(clock: Arc<dyn Fn() -> SystemTime + Send + Sync>) -> Self {
-        let server = Server { rows: Mutex::default(), clock, writes: watch::channel(0).0, epoch: watch::channel(0).0 };
-        Self { server: Arc::new(server), requests: Mutex::default(), polled: None }
+        Self::with_resolution(clock, Duration::ZERO)
+    }
+
+    /// Records whose server clock counts in steps of `resolution` (an HTTP `Date`'s second).
+    pub fn with_resolution(clock: Arc<dyn Fn() -> SystemTime + Send + Sync>, resolution: Duration) -> Self {
+        let (writes, epoch) = (watch::channel(0).0, watch::channel(0).0);
+        let server = Server { rows: Mutex::default(), clock, resolution, writes, epoch };
+        Self { server: Arc::new(server), requests: Mutex::default(), polled: None, create_gate: Mutex::default() }
     }
 
     /// Another client of the same records, with a request count of its own.
     pub fn client(&self) -> Self {
-        Self { server: self.server.clone(), requests: Mutex::default(), polled: None }
+        Self { server: self.server.clone(), requests: Mutex::default(), polled: None, create_gate: Mutex::default() }
+    }
+
+    /// Hold this client's next create, after its read, until the returned sender fires.
+    pub fn gate_next_create(&self) -> tokio::sync::oneshot::Sender<()> {
+        let (open, gate) = tokio::sync::oneshot::channel();
+        *self.create_gate.lock().unwrap() = Some(gate);
+        open
     }
 
     /// Another client of the same records that cannot watch, polled every `every`.
@@ -133,9 +161,21 @@ impl Records for MemoryRecords {
         Ok(self.server.snapshot(lock))
     }
 
-    async fn create(&self, lock: &str, record: &Record) -> Result<Written> {
+    async fn create(&self, lock: &str, record: &Record) -> Result<Created> {
         self.log("create");
-        Ok(self.server.write_if(lock, Some(record), |now| now.is_none()).map_or(Written::Moved, Written::Done))
+        let gate = self.create_gate.lock().unwrap().take();
+        if let Some(gate) = gate {
+            let _ = gate.await; // held up between its read and its write, as on a slow network
+        }
+        // Every token is at most the version of the write that carried it (it is one more than
+        // a version read before that write), so every write before this one carried less.
+        Ok(match self.server.write_if(lock, Some(record), |now| now.is_none()) {
+            Some(version) => {
+                let floor = version.0.parse::<u64>().expect("a number") - 1;
+                Created::Done { version, floor }
+            }
+            None => Created::Moved,
+        })
     }
 
     async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Written> {
@@ -172,6 +212,10 @@ impl Records for MemoryRecords {
 
     fn poll_every(&self) -> Option<Duration> {
         self.polled
+    }
+
+    fn server_clock_resolution(&self) -> Duration {
+        self.server.resolution
     }
 
     async fn watch(&self, lock: &str, version: &Version) -> Result<Option<Feed>> {

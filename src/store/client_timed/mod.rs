@@ -22,6 +22,12 @@
 //!   before it across releases, takeovers by client-go (which writes no token) and a
 //!   `kubectl delete lease` (which loses the record and its token, but not the revision).
 //!   A store with no such number (floor 0) keeps the chain only while the record lives.
+//!   A create is the one write that sees no previous token, and it may land long after
+//!   its read (a slow network, a paused host, a client's retry), after another run's record
+//!   was made, held and deleted meanwhile. So the store reports with each create a floor
+//!   of its own (the create's revision, or its server second), and a create whose token is
+//!   not above it is rewritten with a token that is, in one write guarded by the create's
+//!   version, before it counts (`ClientTimed::above`).
 //! - A --min-hold keep leaves the record held (client-go sees a holder whose lease lasts
 //!   the keep) and notes `kept_until` on the store server's clock (its HTTP `Date`), so
 //!   the next cron firing takes it at once on whichever host fires first, and a late host
@@ -50,7 +56,7 @@ pub mod memory;
 #[cfg(test)]
 mod tests;
 
-pub use records::{Feed, Found, Read, Record, Records, Version, Written};
+pub use records::{Created, Feed, Found, Read, Record, Records, Version, Written};
 pub use sightings::observation;
 pub use store::ClientTimed;
 

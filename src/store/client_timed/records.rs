@@ -64,13 +64,25 @@ pub struct Read {
     pub floor: u64,
 }
 
-/// What a guarded write did.
+/// What a guarded replace did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Written {
     /// Written; the record's new version.
     Done(Version),
-    /// Not written: a create found a record there, or a replace found the record at
-    /// another version or gone. A lost race, never an error.
+    /// Not written: the record is at another version, or gone. A lost race, never an error.
+    Moved,
+}
+
+/// What a create did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// Written; the record's version, and a number at least as large as every fencing token
+    /// a lease was granted with before this create landed (0 when the store cannot tell). A create can land long after the read its token came
+    /// from (a slow network, a paused host, a client's retry), after a record made and
+    /// deleted meanwhile: the core counts it only with a token above this.
+    Done { version: Version, floor: u64 },
+    /// Not written (the lock has a record), or changed or gone before it could count. A lost
+    /// race, never an error: the caller re-reads.
     Moved,
 }
 
@@ -86,7 +98,7 @@ pub trait Records: Send + Sync {
     /// The lock's record, if any.
     async fn read(&self, lock: &str) -> Result<Read>;
     /// Write the record if the lock has none.
-    async fn create(&self, lock: &str, record: &Record) -> Result<Written>;
+    async fn create(&self, lock: &str, record: &Record) -> Result<Created>;
     /// Write the record if the lock's record is still at `version`.
     async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Written>;
     /// Every lock with a record, by its (decoded) lock name.
@@ -106,6 +118,12 @@ pub trait Records: Send + Sync {
     /// the store cannot watch, and the core waits with `changed` and reads.
     async fn watch(&self, _lock: &str, _version: &Version) -> Result<Option<Feed>> {
         Ok(None)
+    }
+    /// How far behind the true time the store server's clock (`Read::server_time`) may read
+    /// by its resolution: an HTTP `Date` counts whole seconds, so up to a second. A
+    /// `--min-hold` keep written from it is lengthened by this, so that it never ends early.
+    fn server_clock_resolution(&self) -> Duration {
+        Duration::ZERO
     }
     /// For a store that cannot watch: how often the core may read the record to feed its
     /// changes as a watch would (one read a poll, and nothing more while the holder lives:

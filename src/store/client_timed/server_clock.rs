@@ -8,20 +8,29 @@
 //! well as the chain: a lock's token is `max(previous token, floor) + 1`, where the floor
 //! is the whole seconds of the read's `Date` times 1,000,000, or the NEXT second's when the
 //! object is absent. No realistic acquisition rate outruns a million a second, so the chain
-//! restarts from each new second's floor and stays below the next second's. A create (the
-//! only write that cannot see the previous token) starts above every second up to the one
-//! it read in; the one danger is a second create read in that SAME second (after a
-//! deletion), which would repeat its token. So a create counts only once the server's clock
-//! has left the second of its read (`create_is_settled`): then every later read, and so
-//! every later create, comes from a later second and starts above every token of this
-//! object's life. The cost: the first acquisition of a lock, and the first after its object
-//! was deleted, wait for the rest of that second (nothing if it had already passed when the
-//! write was answered; half a second on average, at most one). This holds as long as the
-//! `Date` the bucket's servers send never goes back by a second (a stepped-back clock, or
-//! servers whose clocks straddle a second boundary, could repeat a token after a deletion;
-//! while the object lives, the chain alone keeps tokens increasing). A server that sends no
-//! `Date` gives floor 0: the chain only. Tokens are about 1.8·10^15 today: exact in JSON
-//! doubles (below 2^53) until the year 2255.
+//! restarts from each new second's floor and stays below the next second's.
+//!
+//! A create (the only write that cannot see the previous token) is where it could break, in
+//! two ways, and both are closed:
+//! - It lands late. Its token came from its read's second, but the PUT may land seconds
+//!   later (a slow network, a paused host, an SDK retry), after another run created, held
+//!   and lost an object of its own there (deleted). Every token written before the create
+//!   landed is below the next second's floor of the second it landed in (`create_floor`):
+//!   the core raises the create's token above that, in one write guarded by the create's
+//!   version, before any child runs under it.
+//! - Another create lands in the same second after a deletion, with the same floor. So a
+//!   create counts only once the server's clock has left the second it landed in
+//!   (`create_is_settled`), with the object unchanged: any later create then lands in a
+//!   later second, above every token of this object's life. The cost: the first acquisition
+//!   of a lock, and the first after its object was deleted, wait for the rest of that second
+//!   (nothing if it had already passed when the write was answered; half a second on
+//!   average, at most one).
+//!
+//! This holds as long as the `Date` the bucket's servers send never goes back by a second (a
+//! stepped-back clock, or servers whose clocks straddle a second boundary, could repeat a
+//! token after a deletion; while the object lives, the chain alone keeps tokens increasing).
+//! A server that sends no `Date` gives floor 0: the chain only. Tokens are about 1.8·10^15
+//! today: exact in JSON doubles (below 2^53) until the year 2255.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,7 +38,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const TOKENS_PER_SECOND: u64 = 1_000_000;
 
 /// A create counts once the server's clock is this many seconds past the start of the
-/// second its read was answered in.
+/// second it landed in.
 pub const CREATE_SETTLES_AFTER: u64 = 1;
 
 /// The floor for a read answered at `date`: every token taken before that read is below it,
@@ -42,11 +51,20 @@ pub fn floor(date: Option<SystemTime>, object_exists: bool) -> u64 {
     seconds.saturating_mul(TOKENS_PER_SECOND)
 }
 
-/// Whether the server's clock, read at `now`, has left the second of the read (answered at
-/// `read`) that a create's token came from, so that the create may count.
-pub fn create_is_settled(read: Option<SystemTime>, now: Option<SystemTime>) -> bool {
-    match (read, now) {
-        (Some(read), Some(now)) => now >= whole_second(read) + Duration::from_secs(CREATE_SETTLES_AFTER),
+/// At least every token a lease was granted with before a create that the server answered
+/// at `written`: those came from reads in that second or earlier, and the floor of a read
+/// of an absent object in that second is this. (A create read in that same second carries
+/// more, but never counted: it had to outlive the second, and this create found the name
+/// empty.) A create whose token is not above it is raised.
+pub fn create_floor(written: Option<SystemTime>) -> u64 {
+    floor(written, false)
+}
+
+/// Whether the server's clock, read at `now`, has left the second a create landed in
+/// (answered at `written`), so that the create may count.
+pub fn create_is_settled(written: Option<SystemTime>, now: Option<SystemTime>) -> bool {
+    match (written, now) {
+        (Some(written), Some(now)) => now >= whole_second(written) + Duration::from_secs(CREATE_SETTLES_AFTER),
         _ => true, // no server clock: no floor to protect
     }
 }

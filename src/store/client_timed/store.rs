@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
-use super::records::{Found, Read, Record, Records, Version, Written};
+use super::records::{Created, Found, Read, Record, Records, Version, Written};
 use super::sightings::{Sightings, Verdict};
 use super::watchers::Watchers;
 use crate::clock::{BootClock, Clock};
@@ -66,6 +66,16 @@ impl ClientTimed {
     /// The store server's clock at `read`, or this host's wall clock if it reports none.
     fn server_now(&self, read: &Read) -> SystemTime {
         read.server_time.unwrap_or_else(|| (self.wall)())
+    }
+
+    /// How far `server_now(read)` may be behind the true time by the clock's resolution: a
+    /// keep counted from it must add this, or it could end up to that much early.
+    fn coarseness(&self, read: &Read) -> Duration {
+        if read.server_time.is_some() {
+            self.records.server_clock_resolution()
+        } else {
+            Duration::ZERO // this host's wall clock, which counts finer than a keep
+        }
     }
 
     /// Whether a --min-hold keep on `record` is over at `read`'s server time.
@@ -168,6 +178,31 @@ impl ClientTimed {
             && record.kept_until.is_none()
     }
 
+    /// A created `record` at `version`, with a token above every earlier one: as written if
+    /// it already is (above `floor`, every token written before the create landed), else
+    /// rewritten with `floor + 1` in one write guarded by the create's version, before any
+    /// child can start under it. Without that, a create that landed late, after another
+    /// run's record was made and deleted meanwhile, would repeat or undercut that run's
+    /// token. `None`: the record moved first; the caller re-reads.
+    async fn above(
+        &self,
+        lock: &str,
+        record: Record,
+        version: Version,
+        floor: u64,
+    ) -> Result<Option<(Record, Version)>> {
+        if record.token.is_some_and(|token| token > floor) {
+            return Ok(Some((record, version)));
+        }
+        let raised = Record { token: Some(floor + 1), ..record };
+        tracing::debug!(
+            lock,
+            token = floor + 1,
+            "the create landed after writes its read did not see; raising its token"
+        );
+        Ok(self.replace(lock, &raised, &version).await?.map(|version| (raised, version)))
+    }
+
     /// Write `record` over `version`; on `Moved`, the caller re-reads.
     async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Option<Version>> {
         Ok(match self.records.replace(lock, record, version).await? {
@@ -199,10 +234,13 @@ impl Store for ClientTimed {
             let answered = self.clock.now();
             let Some(Found { record, version }) = &read.found else {
                 let mine = self.taken(identity, ttl, None, read.floor);
-                if let Written::Done(version) = self.records.create(lock, &mine).await? {
-                    return Ok(self.won(lock, identity, mine, version, answered));
+                let Created::Done { version, floor } = self.records.create(lock, &mine).await? else {
+                    continue; // created by another meanwhile: read it
+                };
+                match self.above(lock, mine, version, floor).await? {
+                    Some((mine, version)) => return Ok(self.won(lock, identity, mine, version, answered)),
+                    None => continue, // it moved before its token was made good: read it
                 }
-                continue; // created by another meanwhile: read it
             };
             let free = record.is_released() || self.keep_over(record, &read);
             if !free {
@@ -296,7 +334,7 @@ impl Store for ClientTimed {
                 Record {
                     ttl_seconds: whole_seconds(left),
                     renewed: Some((self.wall)()),
-                    kept_until: Some(self.server_now(&read) + left),
+                    kept_until: Some(self.server_now(&read) + left + self.coarseness(&read)),
                     ..record.clone()
                 }
             };

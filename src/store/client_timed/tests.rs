@@ -292,3 +292,56 @@ async fn a_release_seen_by_a_poll_is_taken_with_one_write() {
     assert!(taken >= Duration::from_secs(5) && taken <= Duration::from_millis(6500), "{taken:?}");
     assert_eq!(standby_records.count("replace"), 1, "one guarded write took it");
 }
+
+/// The review's sequence: B reads (no record) and its create is held up; A reads, creates and
+/// runs; the record is deleted; then B's create lands on the empty name. B's token must still
+/// be above A's, or B's create must not count.
+#[tokio::test(start_paused = true)]
+async fn a_create_that_lands_after_a_deleted_record_gets_a_token_above_it() {
+    let m = memory().await;
+    let (slow, b) = counted_client(&m);
+    let gate = slow.gate_next_create();
+    let b_acquires = tokio::spawn(async move { b.acquire("job", "b", TTL).await.unwrap() });
+    while slow.count("create") == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await; // B has read and is held at its create
+    }
+    let a = take(&*memory_client(&m), "job", "a").await;
+    m.records.delete("job");
+    gate.send(()).unwrap();
+    let Acquire::Won(b) = b_acquires.await.unwrap() else { panic!("B's create landed on an empty name") };
+    assert!(b.token > a.token, "B ran with token {} after A's {}", b.token, a.token);
+    assert_eq!(m.records.get("job").unwrap().token, Some(b.token), "the token written is the one handed out");
+    assert_eq!(slow.count("replace"), 1, "raised in one guarded write");
+}
+
+/// A create that nothing overtook keeps its token: one request, no rewrite.
+#[tokio::test(start_paused = true)]
+async fn a_create_nothing_overtook_is_one_write() {
+    let m = memory().await;
+    let (records, store) = counted_client(&m);
+    take(&*store, "job", "a").await;
+    assert_eq!((records.count("create"), records.count("replace")), (1, 0));
+}
+
+/// A keep's end is written from the server's clock, which an HTTP `Date` gives in whole
+/// seconds: without rounding up, a keep released half a second into a second would end half
+/// a second early, and a late host of the same cron firing would run the job again.
+#[tokio::test(start_paused = true)]
+async fn a_keep_on_a_server_clock_of_whole_seconds_never_ends_early() {
+    let records = Arc::new(MemoryRecords::with_resolution(wall(Duration::ZERO, false), Duration::from_secs(1)));
+    let client = || {
+        Arc::new(ClientTimed::with_clocks(records.clone(), Arc::new(TokioClock::new()), wall(Duration::ZERO, false)))
+    };
+    let (first, late) = (client(), client());
+    let keep = Duration::from_secs(2);
+    // Half a second into a server second: its Date reads the second's start.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let acquired = tokio::time::Instant::now();
+    let lease = take(&*first, "cron", "first").await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // a short job
+    first.release(&lease, keep).await.unwrap();
+    // The late host tries every 10 ms: it may take the lock only once the keep asked for is over.
+    let waited = take_over(&*late, "cron", "late").await;
+    let won_at = tokio::time::Instant::now() - acquired;
+    assert!(won_at >= keep, "the keep of {keep:?} ended after {won_at:?} (the late host waited {waited:?})");
+}

@@ -46,7 +46,7 @@ pub use target::Target;
 
 use self::api::{Answer, Api};
 use self::entity::{entity, name_of, number, parse_version, record, version, Place};
-use crate::store::client_timed::{client_timed, Found, Read, Record, Records, Version, Written};
+use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::google::{GoogleApi, Service};
 use crate::store::url::Access;
 use crate::store::{Result, Store, StoreError};
@@ -193,12 +193,14 @@ impl Records for DatastoreRecords {
         Ok(Read { found, server_time: looked.read_time, floor: looked.version })
     }
 
-    async fn create(&self, lock: &str, record: &Record) -> Result<Written> {
+    async fn create(&self, lock: &str, record: &Record) -> Result<Created> {
         self.check(lock)?;
         let (entity, nonce) = entity(self.api.place.key(lock), record);
         Ok(match self.commit(lock, "insert", None, json!({"insert": entity})).await? {
-            Some(v) => Written::Done(version(v, nonce)),
-            None => Written::Moved,
+            // Every token is at most the version of the commit that wrote it (one more than a
+            // version read before that commit), and every commit before this one has a lower one.
+            Some(v) => Created::Done { version: version(v, nonce), floor: v.saturating_sub(1) },
+            None => Created::Moved,
         })
     }
 

@@ -8,9 +8,11 @@
 //!   (`client_timed/server_clock.rs`): Google documents generations as unique, not as
 //!   increasing, so they cannot be a floor.
 //! - create: a multipart upload with `ifGenerationMatch=0` (412: someone else created it
-//!   first); then, if the server's clock still reads the second of the read that found no
-//!   object, objects.get until it does not (at most a second), so that tokens outlive a
-//!   deleted object; an object that changed or vanished meanwhile is a lost race.
+//!   first); then, if the server's clock still reads the second the upload landed in,
+//!   objects.get until it does not (at most a second), so that tokens outlive a deleted
+//!   object; an object that changed or vanished meanwhile is a lost race. An upload that
+//!   landed in a later second than its read has its token raised by the core from that
+//!   second before it counts.
 //! - replace: the same upload with `ifGenerationMatch=G&ifMetagenerationMatch=M` (412: it
 //!   changed; 404: it was deleted).
 //! - list: objects.list under the prefix; each item carries its metadata, so its record
@@ -40,8 +42,7 @@ mod object;
 mod probe;
 mod target;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -50,8 +51,8 @@ pub use target::Target;
 
 use self::api::{Bucket, Object, Precondition, Upload};
 use self::object::{lock_of, name_of, Body};
-use crate::store::client_timed::server_clock::{create_is_settled, floor};
-use crate::store::client_timed::{client_timed, Found, Read, Record, Records, Version, Written};
+use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
+use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::google::{GoogleApi, Service};
 use crate::store::url::Access;
 use crate::store::{Result, Store, StoreError};
@@ -79,9 +80,6 @@ pub async fn open_with(target: &Target, access: Access, api: GoogleApi) -> Resul
 pub struct GcsRecords {
     bucket: Bucket,
     prefix: String,
-    /// When the server answered the latest read that found a lock's object absent: the
-    /// second a create's token floor came from.
-    absent_at: Mutex<HashMap<String, SystemTime>>,
 }
 
 /// A version as this store writes it: `generation/metageneration`.
@@ -99,7 +97,7 @@ impl GcsRecords {
     /// that the server honours preconditions, anything else that the bucket exists.
     pub async fn open_with(target: &Target, access: Access, api: GoogleApi) -> Result<Self> {
         let bucket = Bucket { api, name: target.bucket.clone() };
-        let records = Self { bucket, prefix: target.prefix.clone(), absent_at: Mutex::default() };
+        let records = Self { bucket, prefix: target.prefix.clone() };
         match access {
             Access::Create => probe::check_conditional_writes(&records.bucket, &records.prefix).await?,
             // One listing, whose 404 can only mean no bucket (a read of a missing lock on a
@@ -144,18 +142,12 @@ impl GcsRecords {
         })
     }
 
-    /// Wait until the server's clock has left the second of the read a create's token came
-    /// from (see `client_timed/server_clock.rs`); false if the object changed or vanished
-    /// meanwhile.
-    async fn settle_create(
-        &self,
-        name: &str,
-        written: &Version,
-        read: Option<SystemTime>,
-        answered: Option<SystemTime>,
-    ) -> Result<bool> {
+    /// Wait until the server's clock has left the second a create landed in (answered at
+    /// `answered`; see `client_timed/server_clock.rs`); false if the object changed or
+    /// vanished meanwhile.
+    async fn settle_create(&self, name: &str, written: &Version, answered: Option<SystemTime>) -> Result<bool> {
         let mut now = answered;
-        while !create_is_settled(read, now) {
+        while !create_is_settled(answered, now) {
             tokio::time::sleep(SETTLE_POLL).await;
             let (current, date) = self.bucket.get(name).await?;
             if current.as_ref().map(version).as_ref() != Some(written) {
@@ -173,10 +165,6 @@ impl Records for GcsRecords {
         let name = self.name(lock)?;
         let (object, server_time) = self.bucket.get(&name).await?;
         let floor = floor(server_time, object.is_some());
-        match (&object, server_time) {
-            (None, Some(at)) => self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).insert(lock.to_string(), at),
-            _ => self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(lock),
-        };
         let found = match object {
             Some(object) => Some(Found { record: self.record_of(&object)?, version: version(&object) }),
             None => None,
@@ -184,18 +172,15 @@ impl Records for GcsRecords {
         Ok(Read { found, server_time, floor })
     }
 
-    async fn create(&self, lock: &str, record: &Record) -> Result<Written> {
+    async fn create(&self, lock: &str, record: &Record) -> Result<Created> {
         let name = self.name(lock)?;
-        // The read whose floor the token came from; without one (no Date, or no read first),
-        // the write's own answer, a later second: the wait is then only the longer.
-        let read = self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(lock);
         let (written, answered) =
             self.write(&name, record, Precondition { generation: 0, metageneration: None }).await?;
-        let Some(written) = written else { return Ok(Written::Moved) };
-        if !self.settle_create(&name, &written, read.or(answered), answered).await? {
-            return Ok(Written::Moved); // deleted, or taken over, before it counted
+        let Some(written) = written else { return Ok(Created::Moved) };
+        if !self.settle_create(&name, &written, answered).await? {
+            return Ok(Created::Moved); // deleted, or taken over, before it counted
         }
-        Ok(Written::Done(written))
+        Ok(Created::Done { version: written, floor: create_floor(answered) })
     }
 
     async fn replace(&self, lock: &str, record: &Record, previous: &Version) -> Result<Written> {
@@ -223,6 +208,11 @@ impl Records for GcsRecords {
 
     fn poll_every(&self) -> Option<Duration> {
         Some(POLL_EVERY)
+    }
+
+    /// The server's clock is the HTTP `Date`, in whole seconds.
+    fn server_clock_resolution(&self) -> Duration {
+        Duration::from_secs(1)
     }
 }
 

@@ -31,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 
-use super::client_timed::{client_timed, Feed, Found, Read, Record, Records, Version, Written};
+use super::client_timed::{client_timed, Created, Feed, Found, Read, Record, Records, Version, Written};
 use super::url::Access;
 use super::{Result, Store};
 use api::LeaseApi;
@@ -107,9 +107,16 @@ impl Records for LeaseRecords {
         Ok(Read { found, server_time: listed.date, floor })
     }
 
-    async fn create(&self, lock: &str, record: &Record) -> Result<Written> {
+    async fn create(&self, lock: &str, record: &Record) -> Result<Created> {
         let lease = lease::with_record(lease::new_lease(&names::lease_name(lock)), lock, record);
-        Ok(self.written(lock, self.api.create(&lease).await?))
+        let created = self.api.create(&lease).await?;
+        let revision = lease::revision(created.as_ref().and_then(|l| l.metadata.resource_version.as_deref()));
+        Ok(match self.written(lock, created) {
+            // Every token is at most the revision of the write that carried it (one more than a
+            // revision read before it), and every write before this create has a lower one.
+            Written::Done(version) => Created::Done { version, floor: revision.saturating_sub(1) },
+            Written::Moved => Created::Moved,
+        })
     }
 
     async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Written> {
@@ -132,6 +139,11 @@ impl Records for LeaseRecords {
             }
         }
         Ok(locks)
+    }
+
+    /// The server's clock is the HTTP `Date`, in whole seconds.
+    fn server_clock_resolution(&self) -> Duration {
+        Duration::from_secs(1)
     }
 
     async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {

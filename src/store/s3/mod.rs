@@ -6,9 +6,11 @@
 //!   write counter, which the next write increments); the server's clock is the response's
 //!   `Date`, the token floor comes from it (`client_timed/server_clock.rs`).
 //! - create: PutObject with `If-None-Match: *` (412: someone else created it first); if the
-//!   server's clock still reads the second of the read that found no object, HEAD until it
-//!   does not (at most a second), so that tokens outlive a deleted object
-//!   (`client_timed/server_clock.rs`); an object that changed or vanished meanwhile is a lost race.
+//!   server's clock still reads the second the PUT landed in, HEAD until it does not (at most
+//!   a second), so that tokens outlive a deleted object (`client_timed/server_clock.rs`); an
+//!   object that changed or vanished meanwhile is a lost race. A PUT that landed in a later
+//!   second than its read (a slow network, a paused host, an SDK retry) has its token raised
+//!   by the core from that second before it counts.
 //! - replace: PutObject with `If-Match: ETAG` (412: it changed; 404: it was deleted).
 //! - list: ListObjectsV2 under the prefix, then GetObject of each lock's object.
 //! - waiting: S3 cannot watch, so a standby's core reads the object every 1 to 1.5 s
@@ -32,8 +34,7 @@ mod probe;
 mod server_clock;
 mod target;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -45,8 +46,8 @@ pub use target::Target;
 use self::errors::{classify, Failure};
 use self::object::{key_of, lock_of, Body};
 use self::server_clock::DateHeader;
-use crate::store::client_timed::server_clock::{create_is_settled, floor};
-use crate::store::client_timed::{client_timed, Found, Read, Record, Records, Version, Written};
+use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
+use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::url::Access;
 use crate::store::{Result, Store, StoreError};
 
@@ -78,9 +79,6 @@ pub struct S3Records {
     client: aws_sdk_s3::Client,
     bucket: String,
     prefix: String,
-    /// When the server answered the latest read that found a lock's object absent: the
-    /// second a create's token floor came from.
-    absent_at: Mutex<HashMap<String, SystemTime>>,
 }
 
 /// A version as this store writes it: the ETag, and the body's write counter (which the
@@ -103,8 +101,7 @@ impl S3Records {
         configure: impl FnOnce(ConfigLoader) -> ConfigLoader,
     ) -> Result<Self> {
         let client = credentials::client(target, configure).await;
-        let records =
-            Self { client, bucket: target.bucket.clone(), prefix: target.prefix.clone(), absent_at: Mutex::default() };
+        let records = Self { client, bucket: target.bucket.clone(), prefix: target.prefix.clone() };
         if access == Access::Create {
             probe::check_conditional_writes(&records.client, &records.bucket, &records.prefix).await?;
         }
@@ -193,17 +190,11 @@ impl S3Records {
         }
     }
 
-    /// Wait until the server's clock has left the second of the read a create's token came
-    /// from (see `client_timed/server_clock.rs`); false if the object changed or vanished meanwhile.
-    async fn settle_create(
-        &self,
-        key: &str,
-        etag: &str,
-        read: Option<SystemTime>,
-        written: Option<SystemTime>,
-    ) -> Result<bool> {
+    /// Wait until the server's clock has left the second a create landed in (see
+    /// `client_timed/server_clock.rs`); false if the object changed or vanished meanwhile.
+    async fn settle_create(&self, key: &str, etag: &str, written: Option<SystemTime>) -> Result<bool> {
         let mut now = written;
-        while !create_is_settled(read, now) {
+        while !create_is_settled(written, now) {
             tokio::time::sleep(SETTLE_POLL).await;
             let (current, date) = self.head(key).await?;
             if current.as_deref() != Some(etag) {
@@ -221,25 +212,18 @@ impl Records for S3Records {
         let key = self.key(lock)?;
         let (found, server_time) = self.get(&key).await?;
         let floor = floor(server_time, found.is_some());
-        match (&found, server_time) {
-            (None, Some(at)) => self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).insert(lock.to_string(), at),
-            _ => self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(lock),
-        };
         let found = found.map(|(body, version)| Found { record: body.record(), version });
         Ok(Read { found, server_time, floor })
     }
 
-    async fn create(&self, lock: &str, record: &Record) -> Result<Written> {
+    async fn create(&self, lock: &str, record: &Record) -> Result<Created> {
         let key = self.key(lock)?;
         let body = Body::new(record, 1);
-        // The read whose floor the token came from; without one (no Date, or no read first),
-        // the write's own answer, a later second: the wait is then only the longer.
-        let read = self.absent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(lock);
-        let (Some(etag), written) = self.put(&key, &body, None).await? else { return Ok(Written::Moved) };
-        if !self.settle_create(&key, &etag, read.or(written), written).await? {
-            return Ok(Written::Moved); // deleted, or taken over, before it counted
+        let (Some(etag), written) = self.put(&key, &body, None).await? else { return Ok(Created::Moved) };
+        if !self.settle_create(&key, &etag, written).await? {
+            return Ok(Created::Moved); // deleted, or taken over, before it counted
         }
-        Ok(Written::Done(version(&etag, body.writes)))
+        Ok(Created::Done { version: version(&etag, body.writes), floor: create_floor(written) })
     }
 
     async fn replace(&self, lock: &str, record: &Record, previous: &Version) -> Result<Written> {
@@ -283,6 +267,11 @@ impl Records for S3Records {
 
     fn poll_every(&self) -> Option<Duration> {
         Some(POLL_EVERY)
+    }
+
+    /// The server's clock is the HTTP `Date`, in whole seconds.
+    fn server_clock_resolution(&self) -> Duration {
+        Duration::from_secs(1)
     }
 }
 
