@@ -496,8 +496,8 @@ pub struct RunArgs {
     ///
     /// Safety never rests on it (renewals are matched on the fencing token), but keep it
     /// unique so that status output is useful: with a chosen identity, a lease granted to an
-    /// acquire whose answer never came is left to expire rather than given back, since
-    /// another run may share the identity. Not read from the environment: LEADERRUN_IDENTITY
+    /// acquire whose answer never came (or came as a timeout or a reset) is left to expire
+    /// rather than given back, since another run may share the identity. Not read from the environment: LEADERRUN_IDENTITY
     /// is what the child receives.
     #[arg(long, value_name = "STR")]
     pub identity: Option<String>,
