@@ -186,6 +186,23 @@ async fn a_table_from_before_the_kept_column_gets_it() {
     assert!(!admin.status("x").await.unwrap().is_held(), "the keep ended at once");
 }
 
+/// A renewal that arrives after a --min-hold release (it was sent before, or hung) must not
+/// turn the keep back into a live lease: it reports the lease lost and leaves the expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_renewal_does_not_extend_a_min_hold_keep() {
+    let pg = pg().await;
+    let store = pg.open().await;
+    let lock = unique("late-renew");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    store.release(&lease, Duration::from_secs(60)).await.unwrap();
+    let expiry = format!("SELECT kept, expires_at FROM leaderrun_locks WHERE name = '{lock}'");
+    let kept = pg.server.psql_in(servers::postgres::DATABASE, &expiry);
+    assert!(kept.starts_with("t|"), "kept for --min-hold: {kept}");
+    let renewed = store.renew(&lease, Duration::from_secs(3600)).await.unwrap();
+    assert!(matches!(renewed, Renew::Lost(_)), "a kept lease renewed: {renewed:?}");
+    assert_eq!(pg.server.psql_in(servers::postgres::DATABASE, &expiry), kept, "the keep's expiry moved");
+}
+
 /// The table is not looked at when a store opens (that would cost every run a round trip): a
 /// run's acquire that finds it missing (never made, or dropped since) creates it and tries
 /// again. Until then a missing table holds no locks.

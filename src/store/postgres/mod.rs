@@ -283,9 +283,12 @@ impl Sql {
                  WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
                  RETURNING l.token"
             )),
+            // A row kept for --min-hold has no child left: a renewal sent before its release
+            // and arriving after it must not stretch the keep to a full ttl again. (The
+            // acquire that made this lease already needed the `kept` column.)
             renew: sql(format!(
                 "UPDATE {t} SET expires_at = clock_timestamp() + $1 * interval '1 microsecond'
-                 WHERE name = $2 AND token = $3 AND holder = $4 AND NOT revoked"
+                 WHERE name = $2 AND token = $3 AND holder = $4 AND NOT revoked AND NOT kept"
             )),
             // With keep > 0 (--min-hold) the row stays taken until acquired_at + keep if
             // that is still ahead; otherwise it is freed, and waiters are told.
