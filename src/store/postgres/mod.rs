@@ -13,10 +13,10 @@
 //! Wake-ups: releasing (and revoking) a lock sends `NOTIFY leaderrun, '<lock name>'` in the
 //! same statement, and the turn of the waiter that has waited longest (`turns.rs`): that
 //! waiter acts at once and its acquire says the lock is taken; the others act after a short
-//! stagger only if they have not heard that, so one frozen waiter costs a handoff one stagger. A waiter LISTENs on its own connection,
-//! opened on its first wait; a notification is only a hint (the elector also re-reads when
-//! the lease it saw expires). LISTEN/NOTIFY does not pass a transaction-pooling proxy;
-//! waiters then fall back on that re-read.
+//! stagger only if they have not heard that, so a frozen waiter costs a handoff one stagger.
+//! A waiter LISTENs on its own connection, opened on its first wait; a notification is only a
+//! hint (the elector also re-reads when the lease it saw expires). LISTEN/NOTIFY does not
+//! pass a transaction-pooling proxy; waiters then fall back on that re-read.
 //!
 //! Round trips: every statement is one simple query with its values quoted in (`Sql::text`),
 //! so it costs one round trip, where a prepared statement costs two the first time (Parse
@@ -275,13 +275,13 @@ impl Sql {
         // released or has expired on the server's clock; the token never resets.
         let acquire = format!(
             "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked, kept)
-                 SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false, false
-                   FROM (SELECT clock_timestamp() AS now) c
-                 ON CONFLICT (name) DO UPDATE SET
-                    holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
-                    expires_at = excluded.expires_at, revoked = false, kept = false
-                 WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
-                 RETURNING l.token"
+             SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false, false
+               FROM (SELECT clock_timestamp() AS now) c
+             ON CONFLICT (name) DO UPDATE SET
+                holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
+                expires_at = excluded.expires_at, revoked = false, kept = false
+             WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
+             RETURNING l.token"
         );
         let sql = |s: String| s;
         Self {

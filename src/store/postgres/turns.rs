@@ -9,12 +9,12 @@
 //! '<pid>:<lock name>'`. The waiter whose session has that pid acts at once. Every other
 //! waiter draws a stagger (`stagger`) and acts when it runs out, unless it has heard by then
 //! that the lock was taken: a waiter that acts on a turn sends `NOTIFY leaderrun_turn,
-//! 'taken:<lock name>'` in its acquire statement (`TAKEN_SQL`), whether it won or found the
-//! lock held. A live waiter's acquire takes milliseconds, so the others hear it long before
+//! 'taken:<lock name>'` in its acquire statement (`announced_sql`), whether it won or found
+//! the lock held. A live waiter's acquire takes milliseconds, so the others hear it long before
 //! their stagger ends and send nothing: a herd of a hundred waiters costs a handoff the
 //! release and one acquire, not a read by each. A session gets its notifications in commit
-//! order, and the acquire and the release both lock the row, so a "taken" always comes after
-//! the turn it answers and before the next release's turn.
+//! order, and an acquire locks the row even when it finds it held, as a release does, so a
+//! "taken" always comes after the turn it answers and before the next release's turn.
 //!
 //! What a waiter costs the others if it is frozen (SIGSTOP, a paused VM) or on a host that
 //! vanished: its session stays, so it is named at every release until it thaws or the server
@@ -37,7 +37,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The channel turns are announced on; the payload is `<pid>:<lock name>`.
+/// The channel turns are announced on; the payload is `<pid>:<lock name>`, or
+/// `taken:<lock name>` from a waiter that acted on one.
 pub const TURN_CHANNEL: &str = "leaderrun_turn";
 
 /// How long a waiter that heard a plain release waits for the turn that follows it before it
@@ -48,8 +49,8 @@ pub const TURN_GRACE: Duration = Duration::from_millis(100);
 /// The `application_name` of a session waiting for `lock` in table `quoted_table`: a prefix
 /// and a 64-bit FNV-1a digest of both, in hex (an application name is at most 63 bytes, and a
 /// lock name up to 255 characters). Two locks with one digest would only share a line: a
-/// waiter picked for the other lock's release stays put, and this lock's waiters find it
-/// free when they re-read at the lease's expiry.
+/// waiter picked for the other lock's release stays put, and this lock's waiters act after
+/// their stagger, as when the one picked is frozen.
 pub fn waiting_name(quoted_table: &str, lock: &str) -> String {
     let digest = [quoted_table.as_bytes(), b":", lock.as_bytes()]
         .concat()
