@@ -104,8 +104,9 @@ pub const STORES: &[(&str, &str)] = &[
         "Also postgresql://; PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and ~/.pgpass are honoured. \
          Each step is one statement (INSERT ... ON CONFLICT ... WHERE free or expired); expiry is judged on the \
          server's clock_timestamp(), so the server's clock must be slewed, never stepped. A release wakes the waiter \
-         that has waited longest through LISTEN/NOTIFY (which a transaction-pooling proxy does not pass: waiters then \
-         re-read when the lease they saw would expire). No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
+         that has waited longest through LISTEN/NOTIFY; if it does not act (frozen, or its host \
+         gone), the others try after a stagger of at most 300 ms. A transaction-pooling proxy does not pass LISTEN/NOTIFY: waiters then re-read when the lease \
+         they saw would expire. No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
          acquisition or renewal: use synchronous replication for leases that matter. URL parameters other than \
          table= and libpq's sslmode, sslrootcert, sslcert, sslkey, options, application_name (and the like) are \
          refused.",

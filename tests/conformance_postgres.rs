@@ -186,6 +186,23 @@ async fn a_table_from_before_the_kept_column_gets_it() {
     assert!(!admin.status("x").await.unwrap().is_held(), "the keep ended at once");
 }
 
+/// A renewal that arrives after a --min-hold release (it was sent before, or hung) must not
+/// turn the keep back into a live lease: it reports the lease lost and leaves the expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_renewal_does_not_extend_a_min_hold_keep() {
+    let pg = pg().await;
+    let store = pg.open().await;
+    let lock = unique("late-renew");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    store.release(&lease, Duration::from_secs(60)).await.unwrap();
+    let expiry = format!("SELECT kept, expires_at FROM leaderrun_locks WHERE name = '{lock}'");
+    let kept = pg.server.psql_in(servers::postgres::DATABASE, &expiry);
+    assert!(kept.starts_with("t|"), "kept for --min-hold: {kept}");
+    let renewed = store.renew(&lease, Duration::from_secs(3600)).await.unwrap();
+    assert!(matches!(renewed, Renew::Lost(_)), "a kept lease renewed: {renewed:?}");
+    assert_eq!(pg.server.psql_in(servers::postgres::DATABASE, &expiry), kept, "the keep's expiry moved");
+}
+
 /// The table is not looked at when a store opens (that would cost every run a round trip): a
 /// run's acquire that finds it missing (never made, or dropped since) creates it and tries
 /// again. Until then a missing table holds no locks.
@@ -325,4 +342,58 @@ async fn an_idle_standby_sends_nothing() {
 async fn a_hundred_waiters_each_get_their_turn_once() {
     let (requests, _counting) = conformance::count_requests();
     conformance::a_hundred_waiters_take_turns(&pg().await, &requests, 2.0..10.0).await;
+}
+
+/// A waiter that stops reading while first in line (as a SIGSTOPped one, or one on a host that
+/// vanished: its session stays) is named at every release. The others still take their turns,
+/// each after one stagger, not when the lease they last read would lapse (30 s here), and a
+/// handoff costs a few requests, not one per waiter.
+#[tokio::test]
+async fn a_frozen_waiter_costs_each_handoff_one_stagger() {
+    const N: usize = 20;
+    let (requests, _counting) = conformance::count_requests();
+    let pg = pg().await;
+    let lock = unique("frozen");
+    let first = pg.open().await;
+    let lease = won(&*first, &lock, "first", TTL).await;
+    let frozen = pg.open().await;
+    held(&*frozen, &lock, "frozen").await;
+    let wait = waiting(&frozen, &lock);
+    until_waiting(&pg.server, 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Its listener stays in the store, connected and unread.
+    wait.abort();
+    let turns = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let store = pg.open().await;
+        let (lock, turns) = (lock.clone(), turns.clone());
+        tasks.push(tokio::spawn(async move {
+            let identity = format!("w{i}");
+            let lease = loop {
+                match store.acquire(&lock, &identity, TTL).await.expect("acquire") {
+                    Acquire::Won(lease) => break lease,
+                    Acquire::Held(record) => store.changed(&lock, record.expires_in.unwrap_or(TTL)).await,
+                    other => panic!("{identity}: unexpected {other:?}"),
+                }
+            };
+            turns.lock().unwrap().push(lease.token);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            store.release(&lease, Duration::ZERO).await.unwrap();
+        }));
+    }
+    until_waiting(&pg.server, N + 1).await;
+    let (before, started) = (requests.count(), std::time::Instant::now());
+    first.release(&lease, Duration::ZERO).await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(conformance::SOON * 2, task).await.expect("a waiter never got its turn").expect("task");
+    }
+    let per_handoff = started.elapsed() / N as u32;
+    let measured = (requests.count() - before) as f64 / N as f64;
+    eprintln!("with a frozen waiter first in line: {per_handoff:?} and {measured:.2} requests a handoff");
+    let turns = turns.lock().unwrap().clone();
+    assert!(turns.len() == N && turns.windows(2).all(|w| w[0] < w[1]), "each once, in token order: {turns:?}");
+    assert!(per_handoff < Duration::from_secs(1), "handoffs waited for the frozen waiter: {per_handoff:?} each");
+    assert!((2.0..10.0).contains(&measured), "{measured} requests per handoff");
+    assert_eq!(waiting_sessions(&pg.server), 1, "the frozen waiter was still in line");
 }

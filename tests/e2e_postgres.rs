@@ -9,6 +9,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use servers::postgres::Postgres;
 
 #[test]
@@ -147,4 +149,72 @@ fn a_waiting_worker_started_before_its_database_waits_for_it() {
     pg.stop();
     let out = sb.output(sb.at(&pg.url(), &["--lock", "late-db", "--", "true"]));
     assert_eq!(code_of(out.status, "one-shot with the store down"), 69, "{}", stderr_of(&out));
+}
+
+/// A `--wait` child that records start and stop (token, CLOCK_BOOTTIME) and runs until the
+/// test creates `exit-TOKEN`.
+const RELAY_CHILD: &str = r#"
+echo "start $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
+while [ ! -e "$D/exit-$LEADERRUN_FENCING_TOKEN" ]; do sleep 0.02; done
+echo "stop $LEADERRUN_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)" >> "$D/events"
+"#;
+
+/// The CLOCK_BOOTTIME (seconds) at which the child with `token` recorded `what`, once it has.
+fn event_at(sb: &Sandbox, what: &str, token: u64) -> f64 {
+    let mut at = None;
+    wait_for(
+        || {
+            at = sb.lines("events").iter().find_map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                (fields.len() == 3 && fields[0] == what && fields[1] == token.to_string())
+                    .then(|| fields[2].parse::<f64>().expect("an uptime"))
+            });
+            at.is_some()
+        },
+        Duration::from_secs(30),
+        &format!("{what} of the child with token {token}"),
+    );
+    at.expect("checked above")
+}
+
+/// A waiter frozen (SIGSTOP) while it is first in line is named at every release, and never
+/// acts: the others must still take over within a moment, at each handoff, not when the
+/// lease they last read would lapse (8 s here).
+#[test]
+fn a_frozen_first_waiter_does_not_stall_the_handoffs() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    let url = pg.url();
+    let args = ["--lock", "relay", "--wait", "--ttl", "8s", "--", "sh", "-c", RELAY_CHILD];
+    let waiting = || {
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'leaderrun-wait:%'";
+        pg.psql_in(servers::postgres::DATABASE, sql).parse::<usize>().expect("a count")
+    };
+    let _holder = sb.spawn("holder", sb.at(&url, &args));
+    event_at(&sb, "start", 1);
+    // The first waiter connects first, so every release names it.
+    let first = sb.spawn("frozen", sb.at(&url, &args));
+    wait_for(|| waiting() == 1, SOON, "the first waiter to wait");
+    kill(Pid::from_raw(-first.pid()), Signal::SIGSTOP).expect("SIGSTOP the first waiter's group");
+    let others: Vec<Wrapper> = (0..2).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(&url, &args))).collect();
+    wait_for(|| waiting() == 3, SOON, "the other two waiters to wait");
+
+    let mut gaps = Vec::new();
+    for token in 1..=2 {
+        std::fs::write(sb.file(&format!("exit-{token}")), "").unwrap();
+        let stopped = event_at(&sb, "stop", token);
+        let next = event_at(&sb, "start", token + 1);
+        gaps.push(next - stopped);
+    }
+    eprintln!("handoff gaps with the first waiter frozen (s): {gaps:.3?}");
+    assert!(gaps.iter().all(|&gap| gap < 1.0), "a handoff waited for the frozen waiter: gaps {gaps:?} s");
+
+    // Thawed, it takes its turn after the others.
+    kill(Pid::from_raw(-first.pid()), Signal::SIGCONT).expect("SIGCONT");
+    for token in 3..=4 {
+        std::fs::write(sb.file(&format!("exit-{token}")), "").unwrap();
+    }
+    for (i, w) in others.into_iter().chain([first]).enumerate() {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "waiter {i}: stderr {:?}", stderr_of(&out));
+    }
 }

@@ -11,11 +11,12 @@
 //! transaction-pooling proxies.
 //!
 //! Wake-ups: releasing (and revoking) a lock sends `NOTIFY leaderrun, '<lock name>'` in the
-//! same statement, and the turn of the waiter that has waited longest (`turns.rs`): one
-//! waiter acts on a release, however many wait. A waiter LISTENs on its own connection,
-//! opened on its first wait; a notification is only a hint (the elector also re-reads when
-//! the lease it saw expires). LISTEN/NOTIFY does not pass a transaction-pooling proxy;
-//! waiters then fall back on that re-read.
+//! same statement, and the turn of the waiter that has waited longest (`turns.rs`): that
+//! waiter acts at once and its acquire says the lock is taken; the others act after a short
+//! stagger only if they have not heard that, so a frozen waiter costs a handoff one stagger.
+//! A waiter LISTENs on its own connection, opened on its first wait; a notification is only a
+//! hint (the elector also re-reads when the lease it saw expires). LISTEN/NOTIFY does not
+//! pass a transaction-pooling proxy; waiters then fall back on that re-read.
 //!
 //! Round trips: every statement is one simple query with its values quoted in (`Sql::text`),
 //! so it costs one round trip, where a prepared statement costs two the first time (Parse
@@ -193,6 +194,8 @@ struct Sql {
     /// The table's name, quoted.
     table: String,
     acquire: String,
+    /// `acquire` by a waiter acting on a turn: it also tells the other waiters (`turns.rs`).
+    acquire_announced: String,
     renew: String,
     release: String,
     status: String,
@@ -268,24 +271,29 @@ impl Sql {
         let columns = "l.name, l.holder, l.token, l.revoked,
             (extract(epoch FROM l.acquired_at) * 1000000)::bigint AS acquired_us,
             (extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint AS left_us";
+        // One clock reading for the whole statement. A row is taken over only if it was
+        // released or has expired on the server's clock; the token never resets.
+        let acquire = format!(
+            "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked, kept)
+             SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false, false
+               FROM (SELECT clock_timestamp() AS now) c
+             ON CONFLICT (name) DO UPDATE SET
+                holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
+                expires_at = excluded.expires_at, revoked = false, kept = false
+             WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
+             RETURNING l.token"
+        );
         let sql = |s: String| s;
         Self {
             table: t.clone(),
-            // One clock reading for the whole statement. A row is taken over only if it
-            // was released or has expired on the server's clock; the token never resets.
-            acquire: sql(format!(
-                "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked, kept)
-                 SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false, false
-                   FROM (SELECT clock_timestamp() AS now) c
-                 ON CONFLICT (name) DO UPDATE SET
-                    holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
-                    expires_at = excluded.expires_at, revoked = false, kept = false
-                 WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
-                 RETURNING l.token"
-            )),
+            acquire_announced: turns::announced_sql(&acquire, "$1"),
+            acquire,
+            // A row kept for --min-hold has no child left: a renewal sent before its release
+            // and arriving after it must not stretch the keep to a full ttl again. (The
+            // acquire that made this lease already needed the `kept` column.)
             renew: sql(format!(
                 "UPDATE {t} SET expires_at = clock_timestamp() + $1 * interval '1 microsecond'
-                 WHERE name = $2 AND token = $3 AND holder = $4 AND NOT revoked"
+                 WHERE name = $2 AND token = $3 AND holder = $4 AND NOT revoked AND NOT kept"
             )),
             // With keep > 0 (--min-hold) the row stays taken until acquired_at + keep if
             // that is still ahead; otherwise it is freed, and waiters are told.
@@ -642,13 +650,19 @@ impl PostgresStore {
         identity: &str,
         ttl: Duration,
     ) -> Result<Acquire> {
+        // A waiter acting on its turn tells the others, or they act after their stagger.
+        let announce = self
+            .listener
+            .try_lock()
+            .is_ok_and(|mut waiting| waiting.as_mut().is_some_and(|waiting| waiting.turns.take_acting()));
+        let template = if announce { &self.sql.acquire_announced } else { &self.sql.acquire };
         let mut won = Err(sqlx::Error::PoolClosed);
         for _ in 0..3 {
             won = self
-                .statement(&self.sql.acquire, &[Value::Text(lock), Value::Text(identity), Value::Int(micros(ttl))])?
+                .statement(template, &[Value::Text(lock), Value::Text(identity), Value::Int(micros(ttl))])?
                 .fetch_optional(&mut *conn)
                 .await
-                .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose());
+                .and_then(|row| Ok(row.map(|row| row.try_get::<Option<i64>, _>(0)).transpose()?.flatten()));
             match &won {
                 Err(err) if no_kept_column(err) => self.add_kept_column(&mut *conn).await?,
                 // Dropped since this store opened (or never made): a run makes it again.
@@ -812,8 +826,9 @@ struct Waiting {
     turns: Turns,
 }
 
-/// A lock is announced released only to the waiter whose turn it is (or to every waiter when
-/// nobody was picked, or after a plain release with no turn).
+/// A lock is announced released to the waiter whose turn it is at once, to the others after
+/// their stagger unless it was taken meanwhile (to every waiter at once when nobody was
+/// picked, after `TURN_GRACE` for a plain release with no turn).
 #[async_trait]
 impl ReleaseFeed for Waiting {
     async fn next(&mut self) -> Heard {
@@ -831,7 +846,8 @@ impl ReleaseFeed for Waiting {
             Ok(Some(notification)) => {
                 tracing::trace!(channel = notification.channel(), payload = notification.payload(), "heard");
                 let note = Note::parse(notification.channel(), notification.payload());
-                if note.is_some_and(|note| self.turns.heard(note, tokio::time::Instant::now())) {
+                let now = tokio::time::Instant::now();
+                if note.is_some_and(|note| self.turns.heard(note, now, turns::stagger())) {
                     Heard::Released(self.turns.lock().to_string())
                 } else {
                     Heard::Nothing
