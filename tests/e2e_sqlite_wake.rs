@@ -123,17 +123,8 @@ fn a_symlink_in_place_of_the_wake_up_file_is_not_followed() {
     assert_eq!(out.status.code(), Some(0), "the lock was freed; stderr {:?}", stderr_of(&out));
 }
 
-/// A child that records its start, runs until the file `go` exists, then 0.3 s more, and
-/// records its stop: start and stop on CLOCK_BOOTTIME, which every process shares.
-const TURN: &str = r#"
-echo "start $NAME $(cut -d' ' -f1 /proc/uptime)" >> "$D/turns"
-while [ ! -e "$D/go" ]; do sleep 0.05; done
-sleep 0.3
-echo "stop $NAME $(cut -d' ' -f1 /proc/uptime)" >> "$D/turns"
-"#;
-
 fn taking_turns(sb: &Sandbox, name: &str, args: &[&str]) -> Wrapper {
-    let mut cmd = sb.cmd(&[args, &["--", "sh", "-c", TURN]].concat());
+    let mut cmd = sb.cmd(&[args, &["--", "sh", "-c", TURN_AFTER_GO]].concat());
     cmd.env("NAME", name);
     sb.spawn(name, cmd)
 }
@@ -148,21 +139,6 @@ fn ofd_lock_held_on(file: &std::path::Path) -> bool {
         // "N: OFDLCK ADVISORY WRITE -1 MAJ:MIN:INODE START END"; a waiter's line has "->" after N:.
         fields.get(1) == Some(&"OFDLCK") && fields.get(5).is_some_and(|id| id.ends_with(&format!(":{inode}")))
     })
-}
-
-/// `(name, start, stop)` of every child, in the order they started.
-fn turns(sb: &Sandbox) -> Vec<(String, f64, f64)> {
-    let lines = sb.lines("turns");
-    let mut out: Vec<(String, f64, f64)> = Vec::new();
-    for line in &lines {
-        let f: Vec<&str> = line.split(' ').collect();
-        let at: f64 = f[2].parse().unwrap();
-        match f[0] {
-            "start" => out.push((f[1].to_string(), at, f64::NAN)),
-            _ => out.iter_mut().find(|t| t.0 == f[1]).expect("a stop after its start").2 = at,
-        }
-    }
-    out
 }
 
 /// The waiter at the head of the queue (holding the lock name's byte of the wake-up file)
@@ -194,13 +170,6 @@ fn a_frozen_head_of_the_queue_delays_a_handoff_by_a_moment_only() {
         let out = w.finish(Duration::from_secs(60));
         assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     }
-    let turns = turns(&sb);
-    assert_eq!(turns.len(), 3, "{turns:?}");
-    for pair in turns.windows(2) {
-        let gap = pair[1].1 - pair[0].2;
-        eprintln!("{} ended, {} started {gap:.3} s later", pair[0].0, pair[1].0);
-        assert!(gap >= 0.0, "two children at once: {turns:?}");
-        assert!(gap < 1.0, "a handoff waited {gap:.3} s behind the frozen head: {turns:?}");
-    }
+    assert_quick_handoffs(&sb, 3);
     assert!(pid_stopped(head.pid()), "the head stayed frozen throughout");
 }
