@@ -114,8 +114,9 @@ pub const STORES: &[(&str, &str)] = &[
     (
         "mysql://user:pass@host:3306/db?ssl-mode=VERIFY_IDENTITY&table=NAME",
         "Also mariadb://. A conditional UPDATE whose affected-row count decides, on the server's UTC_TIMESTAMP(6); \
-         the holder keeps a user-level lock (GET_LOCK) that waiters block on, one connection each (a hint only: \
-         a lease is still taken over at its expiry). The same caveats about the server's clock and asynchronous replicas apply. \
+         the holder keeps a user-level lock (GET_LOCK) that waiters block on, one connection each, and a second \
+         one for the waiter that ends the session of a waiter frozen at its turn (a hint only: a lease is still \
+         taken over at its expiry). The same caveats about the server's clock and asynchronous replicas apply. \
          URL parameters other than table=, ssl-mode, ssl-ca, ssl-cert, ssl-key and socket are refused.",
     ),
     (

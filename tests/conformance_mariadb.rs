@@ -240,3 +240,45 @@ async fn a_hundred_waiters_each_get_one_turn() {
     assert!(turns.windows(2).all(|w| w[0].1 < w[1].1), "tokens in order: {turns:?}");
     assert!(turns[0].1 > first.token);
 }
+
+/// A waiter handed the turn that never takes it (a bare session queued first for the turn's
+/// user lock, standing in for a frozen leaderrun) is bypassed by the relief: its session is
+/// ended, the next waiter in line takes the lease long before the released one would have
+/// expired, and the relief then takes the lease after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_never_takes_its_turn_is_bypassed() {
+    use sqlx::Connection;
+    use std::time::Duration;
+    let h = mariadb().await;
+    let a = h.open().await;
+    let lease = conformance::won(&*a, "stuck", "a", Duration::from_secs(3600)).await;
+    let mut stuck = sqlx::mysql::MySqlConnection::connect(&h.server.url()).await.expect("connect");
+    let name = leaderrun::store::mysql::hint::name_sql("leaderrun_locks");
+    let stuck = tokio::spawn(async move {
+        let got = sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(format!("SELECT GET_LOCK({name}, 3600)")))
+            .bind("stuck".as_bytes())
+            .fetch_one(&mut stuck)
+            .await;
+        // Handed the turn, it sits on it; ended by the relief, the next statement fails.
+        let alive = got.is_ok() && sqlx::query("DO SLEEP(3600)").execute(&mut stuck).await.is_ok();
+        (got.ok().flatten(), alive)
+    });
+    eventually("the stuck session queues for the turn", || h.server.blocked_on_user_locks() == 1).await;
+    let campaigner = |identity: &'static str, store: Arc<dyn Store>| {
+        tokio::spawn(async move { campaign(&*store, "stuck", identity, conformance::TTL).await })
+    };
+    let (b, c) = (h.open().await, h.open().await);
+    let next = campaigner("b", b.clone());
+    eventually("the next waiter queues", || h.server.blocked_on_user_locks() == 2).await;
+    let relief = campaigner("c", c.clone());
+    eventually("the relief waits", || h.server.blocked_on_user_locks() == 3).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    let (got, alive) = tokio::time::timeout(conformance::SOON, stuck).await.expect("never ended").unwrap();
+    assert_eq!((got, alive), (Some(1), false), "the stuck session was handed the turn, then ended");
+    let second = tokio::time::timeout(conformance::SOON, next).await.expect("the turn never moved on").unwrap();
+    assert!(second.token > lease.token);
+    assert!(!relief.is_finished(), "the relief took the lease from the next waiter");
+    b.release(&second, Duration::ZERO).await.unwrap();
+    let third = tokio::time::timeout(conformance::SOON, relief).await.expect("the relief never went").unwrap();
+    assert!(third.token > second.token);
+}

@@ -174,3 +174,39 @@ fn a_timed_out_waiter_and_a_finished_run_leave_nothing_on_the_server() {
     assert_eq!(code, 1, "released on the way out");
     wait_for(|| db.leaderrun_sessions() == 0, SOON, "status's session to end");
 }
+
+/// The waiter the server wakes first at a release (it has waited longest for the holder's
+/// user lock) is frozen: it keeps that user lock, and the release must still reach another
+/// waiter within a moment, at this handoff and the next, not when the lease they last read
+/// would have expired (8 s).
+#[test]
+fn a_frozen_first_waiter_delays_a_handoff_by_a_moment_only() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    let url = db.url();
+    let args = ["--lock", "frozen", "--wait", "--ttl", "8s", "-vv", "--", "sh", "-c", TURN_AFTER_GO];
+    let start = |name: &str| {
+        let mut cmd = sb.at(&url, &args);
+        cmd.env("NAME", name);
+        sb.spawn(name, cmd)
+    };
+    let holder = start("holder");
+    wait_for(|| sb.lines("turns").len() == 1, SOON, "the holder's child to start");
+    // One at a time, so that the server's queue has them in this order.
+    let waiters: Vec<Wrapper> = (1..=3)
+        .map(|i| {
+            let waiter = start(&format!("w{i}"));
+            wait_for(|| db.blocked_on_user_locks() == i, SOON, "the waiter to block in GET_LOCK");
+            waiter
+        })
+        .collect();
+    let mut waiters = waiters.into_iter();
+    let first = waiters.next().expect("three waiters");
+    first.signal(Signal::SIGSTOP);
+    std::fs::write(sb.file("go"), "").unwrap();
+    for w in [holder].into_iter().chain(waiters) {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    }
+    assert_quick_handoffs(&sb, 3);
+    assert!(pid_stopped(first.pid()), "the first waiter stayed frozen throughout");
+}

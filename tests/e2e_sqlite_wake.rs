@@ -122,3 +122,54 @@ fn a_symlink_in_place_of_the_wake_up_file_is_not_followed() {
     let out = sb.output(sb.cmd(&["--lock", "link", "--min-hold", "0s", "--", "true"]));
     assert_eq!(out.status.code(), Some(0), "the lock was freed; stderr {:?}", stderr_of(&out));
 }
+
+fn taking_turns(sb: &Sandbox, name: &str, args: &[&str]) -> Wrapper {
+    let mut cmd = sb.cmd(&[args, &["--", "sh", "-c", TURN_AFTER_GO]].concat());
+    cmd.env("NAME", name);
+    sb.spawn(name, cmd)
+}
+
+/// Whether some open file description holds (not waits for) an OFD lock on the file.
+fn ofd_lock_held_on(file: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(file).map(|m| m.ino()).unwrap_or(0);
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    locks.lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // "N: OFDLCK ADVISORY WRITE -1 MAJ:MIN:INODE START END"; a waiter's line has "->" after N:.
+        fields.get(1) == Some(&"OFDLCK") && fields.get(5).is_some_and(|id| id.ends_with(&format!(":{inode}")))
+    })
+}
+
+/// The waiter at the head of the queue (holding the lock name's byte of the wake-up file)
+/// is frozen: every holder after it holds the lease without the byte, and its release must
+/// still reach a waiter behind the head within a moment, at every handoff, not when the lease
+/// it last read would have lapsed (8 s).
+#[test]
+fn a_frozen_head_of_the_queue_delays_a_handoff_by_a_moment_only() {
+    let sb = Sandbox::new();
+    let lease = ["--lock", "frozen", "--wait", "--ttl", "8s", "-vv"];
+    // A lease kept for --min-hold with nobody holding the byte: the first waiter to queue
+    // takes the byte at once and is the head, waiting for the keep to end.
+    let out = sb.output(sb.cmd(&["--lock", "frozen", "--min-hold", "1h", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    let head = taking_turns(&sb, "head", &lease);
+    wait_for(|| ofd_lock_held_on(&sb.file("locks.db-wake")), SOON, "the head to hold its byte");
+    head.signal(Signal::SIGSTOP);
+    // The keep ends and a holder takes the lease; it cannot take the frozen head's byte.
+    let out = sb.output(sb.sub("release", &["--lock", "frozen"]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    let holder = taking_turns(&sb, "holder", &lease);
+    wait_for(|| sb.lines("turns").len() == 1, SOON, "the holder's child to start");
+    let behind: Vec<Wrapper> = ["w2", "w3"].iter().map(|name| taking_turns(&sb, name, &lease)).collect();
+    for w in &behind {
+        wait_for(|| w.stderr().contains("waiting"), SOON, "a waiter behind the frozen head to wait");
+    }
+    std::fs::write(sb.file("go"), "").unwrap();
+    for w in [holder].into_iter().chain(behind) {
+        let out = w.finish(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    }
+    assert_quick_handoffs(&sb, 3);
+    assert!(pid_stopped(head.pid()), "the head stayed frozen throughout");
+}

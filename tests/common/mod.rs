@@ -579,3 +579,34 @@ pub fn assert_waiters_take_turns(sb: &Sandbox, url: &str) -> Vec<u64> {
     let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(url, &args))).collect();
     assert_turns_taken(sb, waiters)
 }
+
+/// A `--wait` child that records its start (as `$NAME`), runs until the file `go` exists and
+/// 0.3 s more, and records its stop, on CLOCK_BOOTTIME (which every process shares).
+pub const TURN_AFTER_GO: &str = r#"
+echo "start $NAME $(cut -d' ' -f1 /proc/uptime)" >> "$D/turns"
+while [ ! -e "$D/go" ]; do sleep 0.05; done
+sleep 0.3
+echo "stop $NAME $(cut -d' ' -f1 /proc/uptime)" >> "$D/turns"
+"#;
+
+/// Check that `count` children of `TURN_AFTER_GO` ran, one after another, each starting
+/// less than a second after the one before it stopped: far below the several-second leases
+/// the callers use, so a handoff that waited for a lease to lapse fails it.
+pub fn assert_quick_handoffs(sb: &Sandbox, count: usize) {
+    let mut turns: Vec<(String, f64, f64)> = Vec::new();
+    for line in sb.lines("turns") {
+        let f: Vec<&str> = line.split(' ').collect();
+        let at: f64 = f[2].parse().expect("an uptime");
+        match f[0] {
+            "start" => turns.push((f[1].to_string(), at, f64::NAN)),
+            _ => turns.iter_mut().find(|t| t.0 == f[1]).expect("a stop after its start").2 = at,
+        }
+    }
+    assert_eq!(turns.len(), count, "{turns:?}");
+    for pair in turns.windows(2) {
+        let gap = pair[1].1 - pair[0].2;
+        eprintln!("{} ended, {} started {gap:.3} s later", pair[0].0, pair[1].0);
+        assert!(gap >= 0.0, "two children at once: {turns:?}");
+        assert!(gap < 1.0, "a handoff took {gap:.3} s: {turns:?}");
+    }
+}

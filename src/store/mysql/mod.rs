@@ -36,15 +36,17 @@
 //!   retried here a few times; a pool of a few connections reconnects after a server
 //!   restart, so a holder rides out a short outage.
 //! - Wake-ups come from a user-level lock (`GET_LOCK`) the holder keeps beside its lease
-//!   and waiters block on (see [`hint`]); only a hint, the table decides.
+//!   and waiters block on, and a second one for the relief, the waiter that bypasses a first
+//!   waiter frozen at its turn (see [`hint`]); only a hint, the table decides.
 //! - Connections: a one-shot run uses one (the table check, the acquire and the release
-//!   share it); a holder keeps the one its acquire won on (it holds the user lock) and renews
+//!   share it); a holder keeps the one its acquire won on (it holds the user locks) and renews
 //!   on the pool's; a standby keeps one, blocked in `GET_LOCK`.
 //!
 //! The password never appears in a message: every message names the store by
 //! `url::redact`, and anything that might echo it is scrubbed.
 
 pub mod hint;
+mod relief;
 
 use std::future::Future;
 use std::str::FromStr;
@@ -475,17 +477,24 @@ fn describe(err: &sqlx::Error) -> String {
 #[async_trait]
 impl Store for MySqlStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        // The winner also asks for the user lock (without waiting) in the same statement: SET is
+        // The winner also asks for the user locks (without waiting) in the same statement: SET is
         // evaluated only on the row it takes, so a loser never does. `kept` is 0 whatever the
-        // answer; whether it got the user lock is only a hint.
+        // answer; whether it got them is only a hint. The second one is named by the new token
+        // (MySQL assigns left to right: `token` is the new one there).
+        let table = self.bare_table();
         let take = &self.sql(&format!(
             "UPDATE {{t}} SET holder = ?, token = LAST_INSERT_ID(token + 1), acquired_at = UTC_TIMESTAMP(6),
                 expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, revoked = 0,
-                kept = IF(GET_LOCK({}, 0) IS NULL, 0, 0)
+                kept = IF(GET_LOCK({}, 0) IS NULL OR GET_LOCK({}, 0) IS NULL, 0, 0)
              WHERE name = ? AND (holder IS NULL OR expires_at <= UTC_TIMESTAMP(6))",
-            hint::name_sql(self.bare_table())
+            hint::name_sql(table),
+            hint::relief_sql(table, "token")
         ));
-        let get_lock = &self.sql(&format!("DO GET_LOCK({}, 0)", hint::name_sql(self.bare_table())));
+        let get_lock = &self.sql(&format!(
+            "DO GET_LOCK({}, 0), GET_LOCK({}, 0)",
+            hint::name_sql(table),
+            hint::relief_sql(table, "1")
+        ));
         let create = &self.sql(
             "INSERT INTO {t} (name, holder, token, acquired_at, expires_at, revoked)
              VALUES (?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 0)",
@@ -502,6 +511,7 @@ impl Store for MySqlStore {
                     .bind(micros(ttl))
                     .bind(lock.as_bytes())
                     .bind(lock.as_bytes())
+                    .bind(lock.as_bytes())
                     .execute(conn.conn())
                     .await?;
                 if done.rows_affected() == 1 {
@@ -511,6 +521,7 @@ impl Store for MySqlStore {
                 }
                 match self.read(conn.conn(), lock).await? {
                     Some(record) if record.is_held() => {
+                        self.hints.saw(lock, record.token);
                         self.hints.spare(conn);
                         return Ok(Acquire::Held(record));
                     }
@@ -527,6 +538,7 @@ impl Store for MySqlStore {
                         Ok(_) => {
                             // A lock name's first acquisition only: one more statement.
                             let hinted = sqlx::query(AssertSqlSafe(get_lock.0.as_str()))
+                                .bind(lock.as_bytes())
                                 .bind(lock.as_bytes())
                                 .execute(conn.conn())
                                 .await;

@@ -10,6 +10,7 @@
 //! Waiters wait in the kernel, not by polling: see `wake`.
 
 mod sidecar;
+mod turn;
 mod wake;
 
 use std::path::{Path, PathBuf};

@@ -7,9 +7,13 @@
 //! idle standby costs nothing. A holder that dies drops the byte with its process.
 //!
 //! The waiter holding the byte (the head of the queue) is the one to take the lease
-//! next. When the lease is held by a run that could not take the byte (a one-shot run
-//! that won while the head waited), the head watches the sidecar with inotify, and that
-//! run writes to the sidecar when it frees the lease.
+//! next. A holder without the byte (a one-shot run that won while the head waited, or any
+//! holder while the head is frozen: a stopped process keeps its byte) writes to the sidecar
+//! when it frees the lease, and every waiter watches the sidecar with inotify (a watch costs
+//! nothing while nothing is written). The head then reads at once; a waiter behind it reads
+//! a stagger later and tries only if the lock is still free (see `turn`). So a frozen head
+//! costs each handoff one stagger; a live one takes the lock long before, and the others
+//! only read it held.
 //!
 //! All of it is a hint. Every wait also ends when the lease it last read lapses (a
 //! holder that hangs keeps its byte, and a lease lapses whatever the queue says), and
@@ -21,9 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rand::Rng;
-
 use super::sidecar::{self, Watch};
+use super::turn;
 use crate::clock::boottime;
 use crate::store::{poll_until_free, Store};
 
@@ -39,15 +42,6 @@ const LINGER: Duration = Duration::from_secs(2);
 /// Longest single sleep before the boot clock is read again: tokio's timers do not count
 /// a suspend of the host, and a lease lapses during one.
 const MAX_NAP: Duration = Duration::from_secs(10);
-
-/// A waiter not at the head reads a lapsed lease this much later (plus up to `SPREAD`),
-/// so that after a crash the head takes it, not a herd.
-const BEHIND_HEAD: Duration = Duration::from_millis(20);
-const SPREAD: Duration = Duration::from_millis(100);
-
-/// The head reads a lapsed lease this long after it lapsed (the record's lapse is judged
-/// on the same boot clock, so only rounding needs room).
-const AT_HEAD: Duration = Duration::from_millis(1);
 
 pub struct Wake {
     db: PathBuf,
@@ -213,9 +207,9 @@ impl Wake {
     }
 
     /// Return when the lock may have changed: this client reached the head of the queue
-    /// (the holder let go of its byte), the head heard a release by a holder outside the
-    /// queue, or the lease last read lapsed; or after `max_wait`. Without a usable
-    /// sidecar, poll.
+    /// (the holder let go of its byte), a release outside the queue was heard (at once at the
+    /// head, a stagger later behind it, if the lock is still free then), or the lease last
+    /// read lapsed; or after `max_wait`. Without a usable sidecar, poll.
     pub async fn changed(&self, store: &dyn Store, lock: &str, max_wait: Duration) {
         let deadline = tokio::time::Instant::now() + max_wait;
         let Some(slot) = self.slot(lock) else {
@@ -223,7 +217,11 @@ impl Wake {
         };
         let _waiting = Waiting::begin(&slot);
         let mut lapse = self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(lock);
+        let stagger = turn::stagger();
         let mut watch: Option<Watch> = None;
+        let mut was_head = false;
+        // When a release was heard behind the head (boot clock): read a stagger later.
+        let mut heard: Option<Duration> = None;
         loop {
             let granted = slot.shared.granted.notified();
             tokio::pin!(granted);
@@ -236,13 +234,24 @@ impl Wake {
                 }
                 _ => false,
             };
-            if !head {
-                watch = None;
-            } else if watch.is_none() {
-                // New at the head: read now, whatever was read before.
-                lapse = None;
+            if head && !was_head {
+                // New at the head: read now, whatever was read or heard before.
+                (lapse, heard) = (None, None);
             }
-            let mut at = match lapse {
+            was_head = head;
+            if watch.is_none() && heard.is_none() {
+                // Hear a release by a holder without the byte (outside the queue, or behind a
+                // frozen head) through inotify. The watch first, then a read, so that no
+                // release falls between unheard.
+                match Watch::new(&self.sidecar) {
+                    Ok(new) => {
+                        watch = Some(new);
+                        lapse = None;
+                    }
+                    Err(err) => tracing::debug!("no inotify watch (waiting for expiry instead): {err}"),
+                }
+            }
+            let at = match lapse {
                 Some(at) => at,
                 None => match lapses_at(store, lock).await {
                     Some(at) => at,
@@ -250,23 +259,8 @@ impl Wake {
                     None => return,
                 },
             };
-            if head && watch.is_none() {
-                // Held by a run outside the queue: hear its release through inotify. The
-                // watch first, then one more read, so that no release falls between unheard.
-                match Watch::new(&self.sidecar) {
-                    Ok(new) => {
-                        watch = Some(new);
-                        match lapses_at(store, lock).await {
-                            Some(again) => at = again,
-                            None => return,
-                        }
-                    }
-                    Err(err) => tracing::debug!("no inotify watch (waiting for expiry instead): {err}"),
-                }
-            }
             lapse = Some(at);
-            let after = if head { AT_HEAD } else { BEHIND_HEAD + SPREAD.mul_f64(rand::rng().random_range(0.0..1.0)) };
-            let read_at = at + after;
+            let read_at = turn::read_at(head, at, heard, stagger);
             let nap = read_at.saturating_sub(boottime()).min(MAX_NAP);
             let timer = tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + nap));
             tokio::select! {
@@ -283,14 +277,21 @@ impl Wake {
                         None => std::future::pending().await,
                     }
                 } => {
+                    // A watch serves one wake-up. The head reads at once (with a new watch);
+                    // a waiter behind it a stagger later, and only then watches again.
                     watch = None;
+                    if head {
+                        lapse = None;
+                    } else {
+                        heard = heard.or(Some(boottime()));
+                    }
                 }
                 _ = timer => {
                     if tokio::time::Instant::now() >= deadline {
                         return;
                     }
                     if boottime() >= read_at {
-                        lapse = None;
+                        (lapse, heard) = (None, None);
                     }
                 }
             }
