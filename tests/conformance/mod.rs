@@ -549,6 +549,10 @@ pub fn count_requests() -> (Requests, Counting) {
         tracing::subscriber::set_global_default(tracing_subscriber::registry().with(CountOnThisThread))
             .expect("no other subscriber in the conformance tests");
     });
+    // A callsite another test's thread registered while the subscriber was being installed
+    // can keep the "never" interest it got from no subscriber, and its requests would go
+    // uncounted: have every callsite asked again.
+    tracing::callsite::rebuild_interest_cache();
     let requests = Requests::default();
     COUNTING.with(|c| *c.borrow_mut() = Some(requests.clone()));
     (requests, Counting(()))
