@@ -363,25 +363,7 @@ async fn a_frozen_waiter_costs_each_handoff_one_stagger() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Its listener stays in the store, connected and unread.
     wait.abort();
-    let turns = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..N {
-        let store = pg.open().await;
-        let (lock, turns) = (lock.clone(), turns.clone());
-        tasks.push(tokio::spawn(async move {
-            let identity = format!("w{i}");
-            let lease = loop {
-                match store.acquire(&lock, &identity, TTL).await.expect("acquire") {
-                    Acquire::Won(lease) => break lease,
-                    Acquire::Held(record) => store.changed(&lock, record.expires_in.unwrap_or(TTL)).await,
-                    other => panic!("{identity}: unexpected {other:?}"),
-                }
-            };
-            turns.lock().unwrap().push(lease.token);
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            store.release(&lease, Duration::ZERO).await.unwrap();
-        }));
-    }
+    let (tasks, turns) = conformance::take_turns(&pg, &lock, N).await;
     until_waiting(&pg.server, N + 1).await;
     let (before, started) = (requests.count(), std::time::Instant::now());
     first.release(&lease, Duration::ZERO).await.unwrap();
@@ -391,7 +373,7 @@ async fn a_frozen_waiter_costs_each_handoff_one_stagger() {
     let per_handoff = started.elapsed() / N as u32;
     let measured = (requests.count() - before) as f64 / N as f64;
     eprintln!("with a frozen waiter first in line: {per_handoff:?} and {measured:.2} requests a handoff");
-    let turns = turns.lock().unwrap().clone();
+    let turns: Vec<u64> = turns.lock().unwrap().iter().map(|(token, _)| *token).collect();
     assert!(turns.len() == N && turns.windows(2).all(|w| w[0] < w[1]), "each once, in token order: {turns:?}");
     assert!(per_handoff < Duration::from_secs(1), "handoffs waited for the frozen waiter: {per_handoff:?} each");
     assert!((2.0..10.0).contains(&measured), "{measured} requests per handoff");

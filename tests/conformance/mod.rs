@@ -386,20 +386,18 @@ pub async fn an_idle_standby_sends_nothing(h: &dyn Harness, requests: &Requests)
     won(&*b, &lock, "b", TTL).await;
 }
 
-/// A hundred waiters on one lock (a store each, as a hundred processes), each taking its turn
-/// once: every one gets it, tokens strictly increase, and the requests per handoff stay within
-/// `per_handoff` (a herd re-reading at every release would make about 100). `requests` counts
-/// this thread's store requests (`count_requests`): run on a current-thread runtime.
-pub async fn a_hundred_waiters_take_turns(h: &dyn Harness, requests: &Requests, per_handoff: std::ops::Range<f64>) {
-    const N: usize = 100;
-    let lock = unique("hundred");
-    let first = h.open().await;
-    let lease = won(&*first, &lock, "first", TTL).await;
-    let turns = Arc::new(std::sync::Mutex::new(Vec::new()));
+/// What `take_turns` records: each waiter's token and identity, in the order they ran.
+pub type Turns = Arc<std::sync::Mutex<Vec<(u64, String)>>>;
+
+/// Start `n` waiters on `lock` (a store each, as `n` processes): each acquires until it wins
+/// (waiting for a change, at most until the lease it saw would lapse, when held), notes its
+/// turn, holds the lease 2 ms and releases it.
+pub async fn take_turns(h: &dyn Harness, lock: &str, n: usize) -> (Vec<tokio::task::JoinHandle<()>>, Turns) {
+    let turns = Turns::default();
     let mut tasks = Vec::new();
-    for i in 0..N {
+    for i in 0..n {
         let store = h.open().await;
-        let (lock, turns) = (lock.clone(), turns.clone());
+        let (lock, turns) = (lock.to_string(), turns.clone());
         tasks.push(tokio::spawn(async move {
             let identity = format!("w{i}");
             let lease = loop {
@@ -417,6 +415,19 @@ pub async fn a_hundred_waiters_take_turns(h: &dyn Harness, requests: &Requests, 
             store.release(&lease, Duration::ZERO).await.unwrap();
         }));
     }
+    (tasks, turns)
+}
+
+/// A hundred waiters on one lock (a store each, as a hundred processes), each taking its turn
+/// once: every one gets it, tokens strictly increase, and the requests per handoff stay within
+/// `per_handoff` (a herd re-reading at every release would make about 100). `requests` counts
+/// this thread's store requests (`count_requests`): run on a current-thread runtime.
+pub async fn a_hundred_waiters_take_turns(h: &dyn Harness, requests: &Requests, per_handoff: std::ops::Range<f64>) {
+    const N: usize = 100;
+    let lock = unique("hundred");
+    let first = h.open().await;
+    let lease = won(&*first, &lock, "first", TTL).await;
+    let (tasks, turns) = take_turns(h, &lock, N).await;
     // Every waiter has asked once and is waiting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = requests.count();
