@@ -10,6 +10,7 @@ pub mod kubernetes;
 pub mod mariadb;
 pub mod moto;
 pub mod nats;
+pub mod nats_cluster;
 pub mod postgres;
 pub mod process;
 pub mod redis;

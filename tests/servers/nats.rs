@@ -86,8 +86,18 @@ impl Nats {
     }
 
     fn start_configured(extra: &str, token: bool) -> Self {
-        let dir = tempfile::Builder::new().prefix("leaderrun-nats-").tempdir().expect("create a temp dir");
         let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        Self::start_as(extra, token, password)
+    }
+
+    /// Start one server of a cluster: its name and route block in `extra`, and the password
+    /// every server of the cluster shares.
+    pub fn start_in_cluster(extra: &str, password: &str) -> Self {
+        Self::start_as(extra, false, password.to_string())
+    }
+
+    fn start_as(extra: &str, token: bool, password: String) -> Self {
+        let dir = tempfile::Builder::new().prefix("leaderrun-nats-").tempdir().expect("create a temp dir");
         let nats = Self {
             dir,
             port: AtomicU16::new(0),
@@ -191,7 +201,7 @@ impl Nats {
     }
 
     /// `GET path` on the monitoring port; the body if the status is 200.
-    fn monitor_get(&self, path: &str) -> Option<String> {
+    pub fn monitor_get(&self, path: &str) -> Option<String> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.monitor_port.load(Ordering::SeqCst))).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
