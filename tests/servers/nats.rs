@@ -90,15 +90,29 @@ impl Nats {
         Self::start_as(extra, token, password)
     }
 
-    /// Start one server of a cluster: its name and route block in `extra`, and the password
-    /// every server of the cluster shares.
-    pub fn start_in_cluster(extra: &str, password: &str) -> Self {
-        Self::start_as(extra, false, password.to_string())
+    /// Start one server of a cluster, once, on free ports: its name and route block in `extra`,
+    /// and the password every server of the cluster shares. An error if it does not start
+    /// (its route port, picked before any server started, may have been taken meanwhile).
+    pub fn try_start_in_cluster(extra: &str, password: &str) -> Result<Self, String> {
+        let nats = Self::unstarted(extra, false, password.to_string());
+        nats.port.store(super::free_port(), Ordering::SeqCst);
+        nats.monitor_port.store(super::free_port(), Ordering::SeqCst);
+        nats.try_start().map(|()| nats)
     }
 
     fn start_as(extra: &str, token: bool, password: String) -> Self {
+        let nats = Self::unstarted(extra, token, password);
+        let pick_ports = || {
+            nats.port.store(super::free_port(), Ordering::SeqCst);
+            nats.monitor_port.store(super::free_port(), Ordering::SeqCst);
+        };
+        start_on_free_ports("nats-server", pick_ports, || nats.try_start());
+        nats
+    }
+
+    fn unstarted(extra: &str, token: bool, password: String) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-nats-").tempdir().expect("create a temp dir");
-        let nats = Self {
+        Self {
             dir,
             port: AtomicU16::new(0),
             monitor_port: AtomicU16::new(0),
@@ -106,13 +120,7 @@ impl Nats {
             extra: extra.to_string(),
             token,
             server: ServerProcess::default(),
-        };
-        let pick_ports = || {
-            nats.port.store(super::free_port(), Ordering::SeqCst);
-            nats.monitor_port.store(super::free_port(), Ordering::SeqCst);
-        };
-        start_on_free_ports("nats-server", pick_ports, || nats.try_start());
-        nats
+        }
     }
 
     /// `nats://leaderrun:PASSWORD@127.0.0.1:PORT` (`nats://TOKEN@127.0.0.1:PORT` for a token).

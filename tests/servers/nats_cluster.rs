@@ -15,24 +15,36 @@ impl NatsCluster {
     /// Start three servers and wait until JetStream has a meta leader (a stream can be made).
     pub fn start() -> Self {
         let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let mut last = String::new();
+        // The route ports are picked before any server listens on them: one may be taken
+        // meanwhile (by another test's server), and then the whole cluster starts again.
+        for _ in 0..5 {
+            match Self::try_start(&password) {
+                Ok(nodes) => {
+                    let cluster = Self { nodes, password };
+                    cluster.wait_for_meta_leader(Duration::from_secs(60));
+                    return cluster;
+                }
+                Err(why) => last = why,
+            }
+        }
+        panic!("the NATS cluster does not start: {last}");
+    }
+
+    fn try_start(password: &str) -> Result<Vec<Nats>, String> {
         let routes: Vec<u16> = (0..3).map(|_| super::free_port()).collect();
         let listed: Vec<String> = routes.iter().map(|port| format!("nats-route://127.0.0.1:{port}")).collect();
         // Each server starts alone and waits for its routes; JetStream is enabled on each
         // before a meta leader exists, which `start` then waits for.
-        let nodes = routes
-            .iter()
-            .enumerate()
-            .map(|(i, port)| {
-                let extra = format!(
-                    "server_name: n{i}\ncluster {{\n  name: leaderrun-test\n  listen: 127.0.0.1:{port}\n  routes: [{}]\n}}\n",
-                    listed.join(", ")
-                );
-                Nats::start_in_cluster(&extra, &password)
-            })
-            .collect();
-        let cluster = Self { nodes, password };
-        cluster.wait_for_meta_leader(Duration::from_secs(60));
-        cluster
+        let mut nodes = Vec::new();
+        for (i, port) in routes.iter().enumerate() {
+            let extra = format!(
+                "server_name: n{i}\ncluster {{\n  name: leaderrun-test\n  listen: 127.0.0.1:{port}\n  routes: [{}]\n}}\n",
+                listed.join(", ")
+            );
+            nodes.push(Nats::try_start_in_cluster(&extra, password)?); // the others stop when dropped
+        }
+        Ok(nodes)
     }
 
     /// `nats://leaderrun:PASSWORD@127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2`.
