@@ -117,12 +117,14 @@ use tokio::time::timeout;
 use super::url::Access;
 use super::{Acquire, Campaigner, Lease, LockRecord, Renew, Result, Store, StoreError};
 use choria::Choria;
+use cluster::lost_race;
 use keys::{key_of, lock_of};
 use target::Auth;
 pub use target::Target;
 use wait::Watching;
 
 mod choria;
+mod cluster;
 mod keys;
 mod target;
 mod turn;
@@ -139,9 +141,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on every request (the elector bounds its calls too, usually tighter).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Longest a run waits for a replicated bucket's stream to get its leader (a new stream's
-/// placement takes a second or two; a cluster that cannot place it in this long is down).
-const PLACEMENT_WAIT: Duration = Duration::from_secs(10);
 /// How often the client pings the server (three unanswered pings close the connection).
 const PING_INTERVAL: Duration = Duration::from_secs(3);
 /// Guarded writes retried this often when the key changes under them before giving up.
@@ -192,17 +191,6 @@ fn describe(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text.replace('\n', " ")
-}
-
-/// The error code a replicated stream answers a stale expected sequence with; a single
-/// server answers 10071, which async-nats maps to `WrongLastSequence`.
-const WRONG_LAST_SEQUENCE_REPLICATED: u64 = 10164;
-
-/// Whether a refused publish lost the compare-and-set: someone else wrote the key first.
-fn lost_race(e: &async_nats::jetstream::context::PublishError) -> bool {
-    use std::error::Error as _;
-    let code = e.source().and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>()).map(|j| j.error_code().0);
-    e.kind() == PublishErrorKind::WrongLastSequence || code == Some(WRONG_LAST_SEQUENCE_REPLICATED)
 }
 
 /// The key's last message, as far as leaderrun cares.
@@ -488,36 +476,6 @@ impl NatsStore {
         let bucket =
             Bucket { stream, kv, allow_ttl: info.allow_message_ttl, markers, max_age: info.max_age, choria, opened };
         Ok(Some(self.bucket.get_or_init(|| async { bucket }).await))
-    }
-
-    /// Whether the bucket was opened so recently that its stream may not take messages yet:
-    /// in a cluster, the servers learn who serves a new stream's subjects a moment after it
-    /// was made (until then a publish finds "no stream"), whatever its replicas.
-    fn placing(&self) -> bool {
-        self.bucket.get().is_some_and(|b| b.opened.elapsed() < PLACEMENT_WAIT)
-    }
-
-    /// `stream` once the cluster has placed it: a stream replicated to several servers
-    /// answers nothing (a publish: "no stream found") until its own leader is elected, a
-    /// moment after it was made. A single server's stream, or one with a leader, at once.
-    async fn placed(&self, mut stream: jetstream::stream::Stream) -> Result<jetstream::stream::Stream> {
-        let has_leader = |info: &jetstream::stream::Info| {
-            info.config.num_replicas <= 1 || info.cluster.as_ref().is_none_or(|c| c.leader.is_some())
-        };
-        let until = tokio::time::Instant::now() + PLACEMENT_WAIT;
-        while !has_leader(stream.cached_info()) {
-            if tokio::time::Instant::now() >= until {
-                return Err(StoreError::unavailable(format!(
-                    "nats store {}: the bucket {:?}'s stream has no leader after {}",
-                    self.shown,
-                    self.bucket_name,
-                    humantime::format_duration(PLACEMENT_WAIT)
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            self.call("stream-info", stream.info()).await?;
-        }
-        Ok(stream)
     }
 
     /// The bucket, for a call that writes (the bucket exists: only a run writes).
