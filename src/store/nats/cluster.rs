@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, context::PublishErrorKind};
+use async_nats::jetstream::{self, context::PublishError, context::PublishErrorKind, publish::PublishAck};
+use async_nats::HeaderMap;
+use tokio::time::{error::Elapsed, timeout};
 
-use super::NatsStore;
+use super::{NatsStore, REQUEST_TIMEOUT};
 use crate::store::{Result, StoreError};
 
 /// Longest a run waits for a replicated bucket's stream to get its leader (a new stream's
@@ -17,17 +19,42 @@ const PLACEMENT_WAIT: Duration = Duration::from_secs(10);
 const WRONG_LAST_SEQUENCE_REPLICATED: u64 = 10164;
 
 /// Whether a refused publish lost the compare-and-set: someone else wrote the key first.
-pub(super) fn lost_race(e: &jetstream::context::PublishError) -> bool {
+pub(super) fn lost_race(e: &PublishError) -> bool {
     use std::error::Error as _;
     let code = e.source().and_then(|s| s.downcast_ref::<jetstream::Error>()).map(|j| j.error_code().0);
     e.kind() == PublishErrorKind::WrongLastSequence || code == Some(WRONG_LAST_SEQUENCE_REPLICATED)
 }
 
 impl NatsStore {
+    /// One publish, answered or not within the request bound; sent again while a bucket just
+    /// made is not yet served ("no stream found": nobody took it, so nothing was written).
+    pub(super) async fn send(
+        &self,
+        op: &'static str,
+        subject: String,
+        headers: HeaderMap,
+        payload: &str,
+    ) -> std::result::Result<std::result::Result<PublishAck, PublishError>, Elapsed> {
+        loop {
+            tracing::trace!(op, "store request");
+            let (subject, headers, payload) = (subject.clone(), headers.clone(), payload.to_string().into());
+            let sent = timeout(REQUEST_TIMEOUT, async {
+                self.js.publish_with_headers(subject, headers, payload).await?.await
+            });
+            match sent.await {
+                Ok(Err(e)) if e.kind() == PublishErrorKind::StreamNotFound && self.placing() => {
+                    tracing::debug!(op, "the bucket's stream does not answer yet; sending again");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                sent => return sent,
+            }
+        }
+    }
+
     /// Whether the bucket was opened so recently that its stream may not take messages yet:
     /// in a cluster, the servers learn who serves a new stream's subjects a moment after it
     /// was made (until then a publish finds "no stream"), whatever its replicas.
-    pub(super) fn placing(&self) -> bool {
+    fn placing(&self) -> bool {
         self.bucket.get().is_some_and(|b| b.opened.elapsed() < PLACEMENT_WAIT)
     }
 

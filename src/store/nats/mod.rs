@@ -108,7 +108,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream::Stream};
+use async_nats::jetstream::{self, kv, stream::Stream};
 use async_nats::{ConnectOptions, HeaderMap};
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -559,21 +559,7 @@ impl NatsStore {
     ) -> Result<Option<u64>> {
         headers.insert(EXPECTED, expected.to_string());
         let subject = self.subject(lock);
-        let sent = loop {
-            tracing::trace!(op, "store request");
-            let (subject, headers, payload) = (subject.clone(), headers.clone(), payload.to_string().into());
-            let sent = timeout(REQUEST_TIMEOUT, async {
-                self.js.publish_with_headers(subject, headers, payload).await?.await
-            });
-            match sent.await {
-                // Nobody took it: nothing was written, so it is sent again.
-                Ok(Err(e)) if e.kind() == PublishErrorKind::StreamNotFound && self.placing() => {
-                    tracing::debug!(op, "the bucket's stream does not answer yet; sending again");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                sent => break sent,
-            }
-        };
+        let sent = self.send(op, subject, headers, payload).await;
         match sent {
             Ok(Ok(ack)) => Ok(Some(ack.sequence)),
             Ok(Err(e)) if lost_race(&e) => Ok(None),
