@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod datastore_emulator;
 pub mod etcd;
 pub mod fake_gcs;
