@@ -59,8 +59,6 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// Pause before sending again a request refused for a reason that passes (a stream whose
 /// leader is being elected answers "no responders" at once).
 const RETRY_PAUSE: Duration = Duration::from_millis(250);
-/// Attempts of one request in flight at most (a hung one keeps its place until it answers).
-const MAX_ATTEMPTS: usize = 3;
 
 /// One connection and what is known of its health.
 pub(super) struct Link {
@@ -288,7 +286,7 @@ impl NatsStore {
             if now >= until {
                 return Err(last);
             }
-            if now >= next && attempts.len() < MAX_ATTEMPTS {
+            if now >= next {
                 if let Some(i) = unanswered {
                     // The last attempt went unanswered: its link is suspect until it answers.
                     let link: Option<&Link> = if i == 0 { Some(&self.links.first) } else { self.links.second.get() };
