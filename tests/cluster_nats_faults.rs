@@ -41,6 +41,8 @@ fn holder(sb: &Sandbox, cluster: &NatsCluster, bucket: &str, first: usize, timin
     let args = [&["--lock", "worker", "--wait"], timing, &["--", "sh", "-c", CHILD]].concat();
     let holder = sb.spawn("holder", sb.at(&url, &args));
     let child = sb.wait_pid("child.pid");
+    let on: Vec<usize> = (0..3).filter(|i| cluster.clients_named(*i, "leaderrun") > 0).collect();
+    assert!(on.contains(&first), "the holder is connected to the first server of its URL, n{first}: {on:?}");
     (holder, child, url)
 }
 

@@ -95,6 +95,13 @@ impl NatsCluster {
         self.index_of(&leader).filter(|i| self.nodes[*i].pid().is_some())
     }
 
+    /// How many client connections named `name` server `i` has (`/connz`).
+    pub fn clients_named(&self, i: usize, name: &str) -> usize {
+        let Some(body) = self.nodes[i].monitor_get("/connz?limit=1000") else { return 0 };
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        json["connections"].as_array().map_or(0, |c| c.iter().filter(|c| c["name"] == name).count())
+    }
+
     /// Wait until the stream `stream` has a leader other than `not`, at most `within`.
     pub fn wait_for_stream_leader(&self, stream: &str, not: Option<usize>, within: Duration) -> Option<usize> {
         let started = Instant::now();

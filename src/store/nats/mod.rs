@@ -118,6 +118,7 @@ use super::url::Access;
 use super::{Acquire, Campaigner, Lease, LockRecord, Renew, Result, Store, StoreError};
 use choria::Choria;
 use cluster::lost_race;
+use entry::{mine, Entry};
 use keys::{key_of, lock_of};
 pub use target::Target;
 use wait::Watching;
@@ -125,6 +126,7 @@ use wait::Watching;
 mod choria;
 mod cluster;
 mod connections;
+mod entry;
 mod keys;
 mod target;
 mod turn;
@@ -187,64 +189,6 @@ fn describe(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text.replace('\n', " ")
-}
-
-/// Whether `entry` is an acquisition this client sent (one of the acquired times `sent`, as
-/// `identity`, no token header yet: a first write), whose answer it did not get: an earlier
-/// copy of a publish sent again over another connection.
-fn mine(entry: &Entry, identity: &str, sent: &[u64]) -> bool {
-    !entry.gone
-        && !entry.has_token
-        && entry.holder == identity
-        && entry.acquired_ms.is_some_and(|ms| sent.contains(&ms))
-}
-
-/// The key's last message, as far as leaderrun cares.
-#[derive(Debug, Clone)]
-struct Entry {
-    /// Its stream sequence (the KV revision).
-    seq: u64,
-    /// A delete, purge or expiry marker: the lock is free.
-    gone: bool,
-    holder: String,
-    /// `Leaderrun-Token`, else the revision (an acquisition, or an entry Choria wrote).
-    token: u64,
-    /// `Leaderrun-Token` was there (a delete marker without it tells nothing).
-    has_token: bool,
-    acquired_ms: Option<u64>,
-    revoked: bool,
-    /// Left by a release with --min-hold (`Leaderrun-Kept`).
-    kept: bool,
-    /// `Leaderrun-Kept-Ms`: the keep ends that long after `written`.
-    kept_ms: Option<u64>,
-    /// `Nats-TTL`, in seconds.
-    ttl_secs: Option<u64>,
-    /// The server's timestamp of the message.
-    written: SystemTime,
-}
-
-impl Entry {
-    fn from_message(message: &jetstream::message::StreamMessage) -> Self {
-        let headers = &message.headers;
-        let get = |name: &str| headers.get(name).map(|v| v.as_str().trim().to_string());
-        let op = get(KV_OPERATION);
-        let gone = matches!(op.as_deref(), Some("DEL" | "PURGE")) || get(MARKER_REASON).is_some();
-        let header_token = get(TOKEN).and_then(|t| t.parse::<u64>().ok());
-        let nanos = message.time.unix_timestamp_nanos().max(0) as u64;
-        Entry {
-            seq: message.sequence,
-            gone,
-            holder: String::from_utf8_lossy(&message.payload).into_owned(),
-            token: header_token.unwrap_or(message.sequence),
-            has_token: header_token.is_some(),
-            acquired_ms: get(ACQUIRED).and_then(|t| t.parse().ok()),
-            revoked: get(REVOKED).is_some_and(|v| v == "1"),
-            kept: get(KEPT).is_some_and(|v| v == "1"),
-            kept_ms: get(KEPT_MS).and_then(|t| t.parse().ok()),
-            ttl_secs: get(TTL).and_then(|t| t.parse().ok()),
-            written: UNIX_EPOCH + Duration::from_nanos(nanos),
-        }
-    }
 }
 
 /// A message this client wrote for a lease.
