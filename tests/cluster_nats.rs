@@ -124,3 +124,24 @@ async fn the_conformance_suite_holds_on_a_replicated_bucket() {
     conformance::a_release_wakes_a_waiter(&h).await;
     conformance::leases_survive_a_restart(&h).await;
 }
+
+/// Two renewals of one lease sent at once (the elector's hedged second renewal, each over its
+/// own connection): the one whose compare-and-set finds the other's write reads the entry,
+/// knows it for its own and renews it. Neither may report the lease lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_renewals_of_one_lease_at_once_both_renew() {
+    use leaderrun::store::Renew;
+    let cluster = tokio::task::spawn_blocking(NatsCluster::start).await.unwrap();
+    let url = format!("{}/{}?replicas=3", cluster.url(), unique("hedge").replace('-', "_"));
+    let holder = store(&url).await;
+    let lease = conformance::won(&*holder, "hedged", "a", conformance::TTL).await;
+    // Time for the second connection to open, so that the two go over different ones.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for round in 0..20 {
+        let (one, two) = tokio::join!(holder.renew(&lease, conformance::TTL), holder.renew(&lease, conformance::TTL));
+        assert_eq!((one.unwrap(), two.unwrap()), (Renew::Renewed, Renew::Renewed), "round {round}");
+    }
+    let other = store(&url).await;
+    let status = other.status("hedged").await.unwrap();
+    assert_eq!((status.holder.as_deref(), status.token), (Some("a"), lease.token));
+}

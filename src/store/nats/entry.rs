@@ -64,3 +64,35 @@ impl Entry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acquisition(holder: &str, acquired_ms: Option<u64>, has_token: bool) -> Entry {
+        Entry {
+            seq: 7,
+            gone: false,
+            holder: holder.into(),
+            token: 7,
+            has_token,
+            acquired_ms,
+            revoked: false,
+            kept: false,
+            kept_ms: None,
+            ttl_secs: Some(15),
+            written: UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn an_acquire_sent_again_knows_only_its_own_first_write() {
+        let sent = [1000, 2000];
+        assert!(mine(&acquisition("a", Some(2000), false), "a", &sent));
+        assert!(!mine(&acquisition("b", Some(2000), false), "a", &sent), "another identity");
+        assert!(!mine(&acquisition("a", Some(3000), false), "a", &sent), "an acquisition this call never sent");
+        assert!(!mine(&acquisition("a", Some(2000), true), "a", &sent), "a renewal: not a first write");
+        assert!(!mine(&acquisition("a", None, false), "a", &sent), "written by another program");
+        assert!(!mine(&Entry { gone: true, ..acquisition("a", Some(2000), false) }, "a", &sent));
+    }
+}

@@ -143,6 +143,18 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Guarded writes retried this often when the key changes under them before giving up.
 const MAX_RACES: usize = 20;
+
+/// Before the `race`th try of a guarded write (none before the first): 5 ms, doubling up to
+/// 160 ms, 2.5 s over all the tries. A replicated stream refuses a write to a key while
+/// another write to it is still being replicated, and a read meanwhile still shows the
+/// message before it: tried again at once, a write could lose all its tries within the few
+/// hundred milliseconds one write takes on a loaded cluster (two renewals of one lease at
+/// once, or a copy sent again, did).
+async fn after_race(race: usize) {
+    if race > 0 {
+        tokio::time::sleep(Duration::from_millis(5 << (race - 1).min(5))).await;
+    }
+}
 /// How long an expiry marker stays in buckets leaderrun creates (long enough for any
 /// watcher to see it; the next acquisition replaces it anyway).
 const MARKER_TTL: Duration = Duration::from_secs(3600);
@@ -603,7 +615,8 @@ impl Store for NatsStore {
         // The acquired times of the entries sent: one sent again (see `connections.rs`) may
         // find its earlier copy landed, and must know it for its own.
         let mut sent = Vec::new();
-        for _ in 0..MAX_RACES {
+        for race in 0..MAX_RACES {
+            after_race(race).await;
             let expected = match woke.take() {
                 Some(marker) => marker,
                 None => match self.read(bucket, lock).await? {
@@ -651,7 +664,8 @@ impl Store for NatsStore {
             // judged there, and never renewed.
             self.forget(lease, last.seq);
         }
-        for _ in 0..MAX_RACES {
+        for race in 0..MAX_RACES {
+            after_race(race).await;
             let Some(entry) = self.read(bucket, &lease.lock).await? else {
                 return Ok(Renew::Lost(None));
             };
@@ -685,7 +699,8 @@ impl Store for NatsStore {
                 return Ok(());
             }
         }
-        for _ in 0..MAX_RACES {
+        for race in 0..MAX_RACES {
+            after_race(race).await;
             let Some(entry) = self.read(bucket, &lease.lock).await? else {
                 return Ok(());
             };
@@ -739,7 +754,8 @@ impl Store for NatsStore {
         let Some(bucket) = self.bucket().await? else {
             return Ok(None);
         };
-        for _ in 0..MAX_RACES {
+        for race in 0..MAX_RACES {
+            after_race(race).await;
             let Some(entry) = self.read(bucket, lock).await? else {
                 return Ok(None);
             };
