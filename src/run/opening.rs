@@ -34,19 +34,23 @@ pub(super) fn store_failure(err: &StoreError) -> u8 {
     }
 }
 
-/// When a run stops retrying a store that fails transiently, on the elector's clock (`None`:
-/// never, a `--wait` run without --timeout).
-fn retry_until(mode: Mode) -> Option<Duration> {
+/// When a run stops retrying a store that fails transiently (`None`: never, a `--wait` run
+/// without --timeout), and when its --timeout cuts a try short, on the elector's clock.
+fn bounds(mode: Mode) -> (Option<Duration>, Option<Duration>) {
     match mode {
-        Mode::Wait { until } => until,
-        Mode::OneShot { retry_until, .. } => Some(retry_until),
+        Mode::Wait { until } => (until, until),
+        Mode::OneShot { until, retry_until } => (Some(retry_until), until),
     }
 }
 
 /// Retries of one store call until it answers, fails for good, the run's retry bound passes,
 /// or a signal ends the run. `Err` is the status to exit with (the failure logged).
 pub(super) struct Retrying<'a> {
+    /// No try starts after this.
     pub give_up: Option<Duration>,
+    /// No try lasts past this (--timeout); a one-shot run's own retry bound lets a slow try
+    /// finish, as a one-shot run without retries always did.
+    pub cut_at: Option<Duration>,
     pub clock: &'a dyn Clock,
     pub signals: &'a mut mpsc::UnboundedReceiver<Signal>,
     /// Say it only with -v (a one-shot run: quiet in cron if it gets through in the end).
@@ -58,6 +62,10 @@ impl Retrying<'_> {
         self.give_up.map(|t| t.saturating_sub(self.clock.now()))
     }
 
+    fn left_to_cut(&self) -> Option<Duration> {
+        self.cut_at.map(|t| t.saturating_sub(self.clock.now()))
+    }
+
     /// Call `attempt` until it succeeds. `what` names the call in the log ("open the store").
     /// `bound` caps one attempt (a connect that hangs); the retry bound caps it too.
     async fn call<T, F, Fut>(&mut self, what: &str, bound: Option<Duration>, attempt: F) -> Result<T, u8>
@@ -66,7 +74,7 @@ impl Retrying<'_> {
         Fut: Future<Output = crate::store::Result<T>>,
     {
         for tries in 0u64.. {
-            let limit = match (self.left(), bound) {
+            let limit = match (self.left_to_cut(), bound) {
                 (Some(left), Some(bound)) => Some(left.min(bound)),
                 (left, bound) => left.or(bound),
             };
@@ -108,7 +116,8 @@ pub(super) async fn open_and_fit(
     signals: &mut mpsc::UnboundedReceiver<Signal>,
 ) -> Result<Arc<dyn Store>, u8> {
     let quietly = matches!(plan.election.mode, Mode::OneShot { .. });
-    let mut retrying = Retrying { give_up: retry_until(plan.election.mode), clock, signals, quietly };
+    let (give_up, cut_at) = bounds(plan.election.mode);
+    let mut retrying = Retrying { give_up, cut_at, clock, signals, quietly };
     let spec = &plan.spec;
     let store: Arc<dyn Store> =
         Arc::from(retrying.call("reach the store", None, || url::open(spec, Access::Create)).await?);
