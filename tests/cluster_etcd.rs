@@ -1,0 +1,203 @@
+//! The etcd store on a 3-member cluster (one per test), with one member lost or frozen and a
+//! quorum standing: the conformance suite's core still holds, one-shot runs succeed whatever
+//! the URL's order, a holder at the default ttl keeps its lease through the loss of the leader
+//! and the loss or freeze of the member it talks to, and a waiter whose member died takes
+//! over at a release. The holders are real `leaderrun` processes, so the elector's own timings
+//! (renewal every 5 s, a second renewal beside one unanswered for 2.3 s) apply.
+
+mod common;
+mod conformance;
+mod servers;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use common::*;
+use conformance::Harness;
+use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::Store;
+use servers::cluster::Cluster;
+use servers::etcd_cluster::EtcdCluster;
+
+/// A full default ttl (15 s) and a little more: a holder whose renewals all failed since a
+/// fault would have had its child stopped by then (10 s after its last renewal).
+const A_DEFAULT_TTL: Duration = Duration::from_secs(17);
+
+async fn cluster() -> Arc<EtcdCluster> {
+    Arc::new(tokio::task::spawn_blocking(EtcdCluster::start).await.unwrap())
+}
+
+/// The store opened on the cluster's URL, member `first` listed first.
+struct ClusterHarness {
+    cluster: Arc<EtcdCluster>,
+    first: usize,
+}
+
+#[async_trait]
+impl Harness for ClusterHarness {
+    async fn open(&self) -> Arc<dyn Store> {
+        let url = self.cluster.url_from(self.first);
+        open(&StoreSpec::from_url(&url).expect("a valid URL"), Access::Create).await.map(Arc::from).expect("open")
+    }
+
+    async fn restart(&self) {
+        unreachable!("not used on a cluster")
+    }
+}
+
+/// The conformance suite bar the whole-store restart, on one cluster: first with every member
+/// up, then with the member listed first in the URL (a follower) killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_conformance_core_holds_with_a_follower_down() {
+    let cluster = cluster().await;
+    let follower = cluster.follower();
+    let h = ClusterHarness { cluster: cluster.clone(), first: follower };
+    for pass in ["all up", "first member down"] {
+        if pass == "first member down" {
+            let c = cluster.clone();
+            tokio::task::spawn_blocking(move || c.kill(follower)).await.unwrap();
+        }
+        eprintln!("conformance on the cluster, {pass}");
+        conformance::exclusive_acquire_with_50_contenders(&h).await;
+        conformance::renew_by_the_holder_only(&h).await;
+        conformance::expiry_frees_the_lock(&h).await;
+        conformance::release_frees_the_lock_at_once(&h).await;
+        conformance::release_with_keep_holds_until_then(&h).await;
+        conformance::revoke_frees_a_min_hold_keep_at_once(&h).await;
+        conformance::abandon_frees_only_this_identitys_lease(&h).await;
+        conformance::tokens_strictly_increase(&h).await;
+        conformance::status_list_and_revoke_agree(&h).await;
+        conformance::revoked_holder_sees_it_at_the_next_renewal(&h).await;
+        conformance::awkward_lock_names(&h).await;
+        conformance::a_release_wakes_a_waiter(&h).await;
+    }
+}
+
+/// A child that records its pid, and a stop signal if it ever gets one.
+const WORKER: &str = r#"trap 'echo stopped >> "$D/stopped"; exit 0' TERM
+echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"
+while :; do sleep 0.2; done"#;
+
+/// A `--wait` holder at the default timings on `url`, its child running.
+fn start_holder(sb: &Sandbox, url: &str) -> (Wrapper, i32) {
+    let holder = sb.spawn("holder", sb.at(url, &["--lock", "worker", "--wait", "--", "sh", "-c", WORKER]));
+    let child = sb.wait_pid("child.pid");
+    (holder, child)
+}
+
+/// After a fault and a full default ttl: the holder still runs, its child was never asked to
+/// stop, and the lock is still its lease (same token) on the cluster.
+fn assert_lease_kept(sb: &Sandbox, url: &str, mut holder: Wrapper, child: i32, token: &serde_json::Value) {
+    std::thread::sleep(A_DEFAULT_TTL);
+    assert!(holder.try_status().is_none(), "the holder exited; stderr {:?}", holder.stderr());
+    assert!(!sb.exists("stopped") && pid_alive(child), "the child was stopped; stderr {:?}", holder.stderr());
+    let (code, status) = status_json(sb, url, "worker");
+    assert_eq!((code, &status["fencing_token"]), (0, token), "the same lease: {status}");
+    // The child takes the relayed SIGTERM as its cue to exit 0.
+    holder.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 0, "stderr {:?}", holder.stderr());
+}
+
+fn token_of(sb: &Sandbox, url: &str) -> serde_json::Value {
+    let (code, status) = status_json(sb, url, "worker");
+    assert_eq!(code, 0, "held: {status}");
+    status["fencing_token"].clone()
+}
+
+#[test]
+fn a_holder_keeps_its_lease_when_the_leader_is_killed() {
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let leader = cluster.leader().expect("a leader");
+    // The leader first: the holder talks to the member that dies.
+    let url = cluster.url_from(leader);
+    let (holder, child) = start_holder(&sb, &url);
+    let token = token_of(&sb, &url);
+    cluster.kill(leader);
+    assert_lease_kept(&sb, &url, holder, child, &token);
+}
+
+#[test]
+fn a_holder_keeps_its_lease_when_its_member_is_killed() {
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let follower = cluster.follower();
+    let url = cluster.url_from(follower);
+    let (holder, child) = start_holder(&sb, &url);
+    let token = token_of(&sb, &url);
+    cluster.kill(follower);
+    assert_lease_kept(&sb, &url, holder, child, &token);
+}
+
+#[test]
+fn a_holder_keeps_its_lease_when_its_member_is_frozen_for_10s() {
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let follower = cluster.follower();
+    let url = cluster.url_from(follower);
+    let (holder, child) = start_holder(&sb, &url);
+    let token = token_of(&sb, &url);
+    cluster.freeze(follower);
+    std::thread::sleep(Duration::from_secs(10));
+    cluster.thaw(follower);
+    assert_lease_kept(&sb, &url, holder, child, &token);
+}
+
+/// One-shot runs with a follower down, listed first: every one runs its child.
+#[test]
+fn one_shot_runs_succeed_with_the_first_member_down() {
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let follower = cluster.follower();
+    let url = cluster.url_from(follower);
+    cluster.kill(follower);
+    for i in 0..5 {
+        let lock = format!("cron-{i}");
+        let out = sb.output(sb.at(&url, &["--lock", &lock, "--", "sh", "-c", r#"echo ran >> "$D/runs""#]));
+        assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", stderr_of(&out));
+    }
+    assert_eq!(sb.lines("runs").len(), 5);
+}
+
+/// A one-shot run started just after the leader was killed, listed first: it rides out the
+/// election (a bounded retry of the elector's, and another member here) and runs its child.
+#[test]
+fn a_one_shot_run_rides_out_the_leaders_death() {
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let leader = cluster.leader().expect("a leader");
+    let url = cluster.url_from(leader);
+    cluster.kill(leader);
+    let out = sb.output(sb.at(&url, &["--lock", "cron", "--", "sh", "-c", r#"echo ran >> "$D/runs""#]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert_eq!(sb.lines("runs").len(), 1);
+}
+
+/// A waiter whose member dies while it waits: when the holder releases, it takes over far
+/// sooner than the holder's lease (30 s) could lapse: its watch moved to another member.
+#[test]
+fn a_waiter_whose_member_died_takes_over_at_a_release() {
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let waiters_member = cluster.follower();
+    let holders_member = (0..cluster.len()).find(|i| *i != waiters_member).unwrap();
+    let run =
+        r#"echo "$NAME $(cut -d' ' -f1 /proc/uptime)" >> "$D/turns"; while [ ! -e "$D/go" ]; do sleep 0.05; done"#;
+    let args = ["--lock", "deploy", "--wait", "--ttl", "30s", "--", "sh", "-c", run];
+    let mut holder = sb.spawn("holder", {
+        let mut cmd = sb.at(&cluster.url_from(holders_member), &args);
+        cmd.env("NAME", "holder");
+        cmd
+    });
+    wait_for(|| sb.lines("turns").len() == 1, SOON, "the holder's child");
+    let mut waiter = sb.spawn("waiter", {
+        let mut cmd = sb.at(&cluster.url_from(waiters_member), &args);
+        cmd.env("NAME", "waiter");
+        cmd
+    });
+    // Time for the waiter to find the lock held and set up its watch on its member.
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.kill(waiters_member);
+    std::thread::sleep(Duration::from_millis(500));
+    let released = Instant::now();
+    std::fs::write(sb.file("go"), "").unwrap();
+    assert_eq!(holder.wait_code(SOON), 0, "stderr {:?}", holder.stderr());
+    wait_for(|| sb.lines("turns").len() == 2, Duration::from_secs(10), "the waiter's turn, well inside the lease");
+    eprintln!("the waiter took over {:?} after the release", released.elapsed());
+    assert_eq!(waiter.wait_code(SOON), 0, "stderr {:?}", waiter.stderr());
+}
