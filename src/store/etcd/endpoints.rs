@@ -40,6 +40,9 @@ use tonic::{Code, Status};
 /// An attempt unanswered this long gets a copy on the next member. etcd answers in
 /// milliseconds; a leader election holds requests up for 0.5-2 s at its default settings.
 pub const HEDGE_AFTER: Duration = Duration::from_secs(1);
+/// How long a call goes on sending copies when etcd answers that it cannot serve now (no
+/// leader, a proposal lost in an election): an election takes 0.5-2.3 s at etcd's defaults.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(3);
 /// How long a member that failed is avoided at first; doubled at each failure in a row.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
@@ -159,7 +162,8 @@ impl Endpoints {
         let mut running = FuturesUnordered::new();
         let mut newest = sent.next().expect("a URL lists at least one endpoint");
         running.push(start(newest));
-        let mut hedge_at = Instant::now() + HEDGE_AFTER;
+        let (called, mut last) = (Instant::now(), None);
+        let mut hedge_at = called + HEDGE_AFTER;
         loop {
             tokio::select! {
                 Some((i, answer)) = running.next() => match answer {
@@ -173,8 +177,11 @@ impl Endpoints {
                                 running.push(start(j));
                                 (newest, hedge_at) = (j, Instant::now() + HEDGE_AFTER);
                             }
-                            None if running.is_empty() => return Err(status),
-                            None => {}
+                            None if running.is_empty() && (sent.all_refused() || called.elapsed() >= GIVE_UP_AFTER) => {
+                                return Err(status)
+                            }
+                            // Sent again at the hedge's pace: etcd said "not now" (an election).
+                            None => last = Some(status),
                         }
                     }
                     answer => {
@@ -183,11 +190,18 @@ impl Endpoints {
                     }
                 },
                 () = sleep_until(hedge_at) => {
-                    self.members[newest].failed();
+                    if !running.is_empty() {
+                        self.members[newest].failed();
+                    } else if called.elapsed() >= GIVE_UP_AFTER {
+                        return Err(last.unwrap_or_else(|| Status::unavailable("no member answered")));
+                    }
                     match sent.next() {
                         Some(j) => {
                             running.push(start(j));
                             (newest, hedge_at) = (j, Instant::now() + HEDGE_AFTER);
+                        }
+                        None if running.is_empty() => {
+                            return Err(last.unwrap_or_else(|| Status::unavailable("no member answered")))
                         }
                         // Every member refused but those still hanging: wait for them.
                         None => hedge_at += Duration::from_secs(3600),
@@ -214,6 +228,10 @@ impl Sent {
         let skip = (0..n).find(|k| !self.refused[self.order[(self.count + k) % n]])?;
         self.count += skip + 1;
         Some(self.order[(self.count - 1) % n])
+    }
+
+    fn all_refused(&self) -> bool {
+        self.refused.iter().all(|r| *r)
     }
 
     /// The next member not tried yet by this call, if any (a failure moves on at once only
