@@ -144,19 +144,23 @@ fn a_holder_keeps_its_lease_when_its_member_is_frozen_for_10s() {
     assert_lease_kept(&sb, &url, holder, child, &token);
 }
 
-/// One-shot runs with a follower down, listed first: every one runs its child.
+/// One-shot runs with a follower down, listed first and then second in the URL: every one
+/// runs its child (ten runs: with the balanced channel, three to seven in ten failed).
 #[test]
-fn one_shot_runs_succeed_with_the_first_member_down() {
+fn one_shot_runs_succeed_with_a_follower_down() {
     let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
     let follower = cluster.follower();
-    let url = cluster.url_from(follower);
+    let other = (0..cluster.len()).find(|i| *i != follower).unwrap();
+    let (first, second) = (cluster.url_from(follower), cluster.url_from(other));
+    assert!(second.split(',').nth(1).is_some_and(|host| first.contains(host)), "the down member second: {second}");
     cluster.kill(follower);
-    for i in 0..5 {
+    for i in 0..10 {
         let lock = format!("cron-{i}");
-        let out = sb.output(sb.at(&url, &["--lock", &lock, "--", "sh", "-c", r#"echo ran >> "$D/runs""#]));
+        let url = if i < 5 { &first } else { &second };
+        let out = sb.output(sb.at(url, &["--lock", &lock, "--", "sh", "-c", r#"echo ran >> "$D/runs""#]));
         assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", stderr_of(&out));
     }
-    assert_eq!(sb.lines("runs").len(), 5);
+    assert_eq!(sb.lines("runs").len(), 10);
 }
 
 /// A one-shot run started just after the leader was killed, listed first: it rides out the
@@ -172,8 +176,9 @@ fn a_one_shot_run_rides_out_the_leaders_death() {
     assert_eq!(sb.lines("runs").len(), 1);
 }
 
-/// A waiter whose member dies while it waits: when the holder releases, it takes over far
-/// sooner than the holder's lease (30 s) could lapse: its watch moved to another member.
+/// A waiter whose member dies while it waits: when the holder releases, it takes over within
+/// 3 s (about 0.1 s here; its watch moved to another member), where the balanced channel
+/// took 7 s or more, and the holder's lease (30 s) would have taken far longer to lapse.
 #[test]
 fn a_waiter_whose_member_died_takes_over_at_a_release() {
     let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
@@ -200,7 +205,57 @@ fn a_waiter_whose_member_died_takes_over_at_a_release() {
     let released = Instant::now();
     std::fs::write(sb.file("go"), "").unwrap();
     assert_eq!(holder.wait_code(SOON), 0, "stderr {:?}", holder.stderr());
-    wait_for(|| sb.lines("turns").len() == 2, Duration::from_secs(10), "the waiter's turn, well inside the lease");
+    wait_for(|| sb.lines("turns").len() == 2, Duration::from_secs(3), "the waiter's turn, soon after the release");
     eprintln!("the waiter took over {:?} after the release", released.elapsed());
     assert_eq!(waiter.wait_code(SOON), 0, "stderr {:?}", waiter.stderr());
+}
+
+/// Figures for the README, not a check (`cargo test --test cluster_etcd -- --ignored
+/// --nocapture`): how long the cluster is without a leader when the leader is SIGKILLed
+/// (from the kill until a surviving member answers as leader), and how long a one-shot run
+/// started right after the kill, the dead leader listed first, takes and how it exits.
+#[test]
+#[ignore]
+fn measure_failover_at_default_settings() {
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let (mut failovers, mut runs) = (Vec::new(), Vec::new());
+    for trial in 0..12 {
+        let leader = cluster.wait_for_leader(Duration::from_secs(30)).expect("a leader");
+        let url = cluster.url_from(leader);
+        cluster.kill(leader);
+        let killed = Instant::now();
+        let lock = format!("cron-{trial}");
+        let run = sb.spawn(&format!("one-shot-{trial}"), sb.at(&url, &["--lock", &lock, "--", "true"]));
+        let new = loop {
+            if let Some(new) = cluster.leader().filter(|l| *l != leader) {
+                break new;
+            }
+            assert!(killed.elapsed() < Duration::from_secs(30), "no new leader");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        failovers.push(killed.elapsed());
+        let out = run.finish(Duration::from_secs(60));
+        runs.push((killed.elapsed(), out.status.code()));
+        eprintln!(
+            "trial {trial}: leader {leader} -> {new} in {:?}; one-shot {:?}",
+            failovers.last().unwrap(),
+            runs.last().unwrap()
+        );
+        cluster.restart(leader);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    failovers.sort();
+    let n = failovers.len();
+    eprintln!(
+        "failover over {n} kills: min {:?}, median {:?}, max {:?}",
+        failovers[0],
+        failovers[n / 2],
+        failovers[n - 1]
+    );
+    let ok = runs.iter().filter(|(_, code)| *code == Some(0)).count();
+    let slowest = runs.iter().map(|(t, _)| *t).max().unwrap();
+    eprintln!(
+        "one-shot runs right after the kill: {ok} of {} exited 0; slowest done {slowest:?} after the kill",
+        runs.len()
+    );
 }
