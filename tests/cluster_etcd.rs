@@ -259,3 +259,53 @@ fn measure_failover_at_default_settings() {
         runs.len()
     );
 }
+
+/// Figures for the README, not a check: one `--wait` holder (ttl from `$LEADERRUN_TTL`, 15s
+/// by default; the other timings at their defaults) through five faults of each kind, each
+/// followed by a full ttl: the leader SIGKILLed, the holder's first member SIGKILLed, and
+/// that member SIGSTOPped for 10 s. A fault costs the lease if the child got a stop signal
+/// or a renewal failed.
+#[test]
+#[ignore]
+fn measure_a_holder_through_faults() {
+    let ttl = std::env::var("LEADERRUN_TTL").unwrap_or_else(|_| "15s".into());
+    let wait = humantime::parse_duration(&ttl).expect("a ttl") + Duration::from_secs(2);
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let url = cluster.url_from(0);
+    let args = ["--lock", "worker", "--wait", "--ttl", &ttl, "--", "sh", "-c", WORKER];
+    let mut holder = sb.spawn("holder", sb.at(&url, &args));
+    let child = sb.wait_pid("child.pid");
+    let mut kept = std::collections::BTreeMap::new();
+    for (fault, trial) in ["kill the leader", "kill its member", "freeze its member 10 s"]
+        .iter()
+        .flat_map(|f| (0..5).map(move |t| (*f, t)))
+    {
+        let before = holder.stderr().matches("renewal").count();
+        let member = match fault {
+            "kill the leader" => cluster.wait_for_leader(Duration::from_secs(30)).expect("a leader"),
+            _ => 0,
+        };
+        if fault.starts_with("freeze") {
+            cluster.freeze(member);
+            std::thread::sleep(Duration::from_secs(10));
+            cluster.thaw(member);
+            std::thread::sleep(wait.saturating_sub(Duration::from_secs(10)));
+        } else {
+            cluster.kill(member);
+            std::thread::sleep(wait);
+            cluster.restart(member);
+        }
+        let ok = holder.try_status().is_none()
+            && pid_alive(child)
+            && !sb.exists("stopped")
+            && holder.stderr().matches("renewal").count() == before;
+        eprintln!("{fault}, trial {trial}: lease {}", if ok { "kept" } else { "LOST" });
+        *kept.entry(fault).or_insert(0) += ok as usize;
+        if !ok {
+            eprintln!("holder's stderr: {:?}", holder.stderr());
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    eprintln!("--ttl {ttl}: lease kept {kept:?} (of 5 each)");
+}
