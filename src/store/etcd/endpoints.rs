@@ -3,11 +3,12 @@
 //! One tonic channel per member (one HTTP/2 connection each, opened on first use), and a
 //! small health record per member. tonic's balanced channel, used before, kept handing
 //! requests to a member it could not connect to, and a request sent beside a hanging one
-//! went over the same connection to the same member: with one member of three down, one
-//! run in two failed, and a frozen member cost a holder its lease.
+//! went over the same connection to the same member: with one member of three down, three
+//! to seven one-shot runs in ten failed, and a frozen member cost a holder its lease.
 //!
-//! The rules, after etcd's own Go client (whose balancer pins one member and moves off it
-//! when a request fails to reach it), plus the hedge a frozen member calls for:
+//! The rules, after etcd's own Go client (which avoids an endpoint that failed for a while
+//! and sends a request again on another endpoint when that is safe), plus the copy a frozen
+//! member calls for:
 //! - A request goes to the first member in URL order that is neither marked down nor busy
 //!   with another request of this store; a busy one comes next, a down one last (soonest back
 //!   first). So a request sent while another still hangs (the elector's second renewal)
@@ -21,6 +22,17 @@
 //!   answer counts; the caller's own timeout bounds the whole. Every call the store makes
 //!   may be sent twice (see `Connection`'s methods and the store's requests for why each is
 //!   safe).
+//!
+//! Why each request of the store is safe to send twice: reads, and the renewal's check, are
+//! reads; a keep-alive resets a lease to its granted TTL whenever it lands; a revoke of a
+//! revoked lease is "not found", taken as done; the acquire's transaction compares
+//! `create_revision == 0`, so a second copy finds the key the first wrote on the same etcd
+//! lease, which the store counts as won; the guarded writes (release, revoke, --min-hold)
+//! compare the key's mod revision, so a second copy fails its compare and the store reads
+//! again what the first did; a queue entry's put rewrites the same empty value on the same
+//! lease; a lease granted twice leaves one unused, which lapses by itself at its TTL (no key
+//! is attached to it); an authentication answers a new token each time. A copy that lands
+//! late (a proposal committed after the election) meets the same compares.
 //!
 //! A SIGSTOPped member keeps its connections open and answers nothing, and a member that is
 //! merely waiting for an election looks the same for a second: both get the hedge; HTTP/2

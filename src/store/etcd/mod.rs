@@ -88,16 +88,8 @@
 //! `?cacert=FILE`, with a client certificate from `&cert=FILE&key=FILE` (etcdctl's names).
 //! A password never appears in a message: they are built from the URL without it.
 //!
-//! In a cluster (several hosts in the URL), a request goes to one member and, if that member
-//! cannot be reached or is slow to answer, to the next (see `endpoints`). So any request may
-//! reach etcd twice, and each is written to be safe then: reads and the renewal's check are
-//! reads; a keep-alive resets a lease to its granted TTL; a revoke of a revoked lease is
-//! "not found", taken as done; the acquire's transaction compares `create_revision == 0`,
-//! so a second copy finds the key the first wrote on the same etcd lease, which counts as
-//! won; the guarded writes (release, revoke, --min-hold) compare the mod revision, so a second
-//! copy fails its compare and the loop reads again what the first did; a queue entry's put
-//! rewrites the same empty value; a lease granted twice leaves one unused, which lapses by
-//! itself at its TTL (no key is attached to it).
+//! In a cluster, any request may reach etcd twice (sent again on another member, see
+//! `endpoints`, which says why each of this store's requests is safe then).
 //!
 //! The gRPC calls go through `client` (tonic) with the messages of `wire`, written out by
 //! hand so that building needs no `protoc`.
