@@ -220,6 +220,38 @@ fn waiters_whose_member_died_take_over_at_a_release() {
     }
 }
 
+/// A waiter whose member is frozen (its connection open, nothing answered) while its holder
+/// releases takes over within 30 s: its watch's connection goes unanswered at a ping and is
+/// closed, and the waiter sets up its wait on another member. Without the ping it would learn
+/// of the release only at the elector's re-read a minute later (the holder's lease, 120 s,
+/// later still).
+#[test]
+fn a_waiter_whose_member_froze_takes_over_at_a_release() {
+    let (cluster, sb) = (EtcdCluster::start(), Sandbox::new());
+    let waiters_member = cluster.follower();
+    let holders_member = (0..cluster.len()).find(|i| *i != waiters_member).unwrap();
+    let run = r#"echo "$NAME" >> "$D/turns"; while [ ! -e "$D/go-$NAME" ]; do sleep 0.05; done"#;
+    let spawn = |name: &str, member: usize| {
+        let args = ["--lock", "deploy", "--wait", "--ttl", "120s", "--", "sh", "-c", run];
+        let mut cmd = sb.at(&cluster.url_from(member), &args);
+        cmd.env("NAME", name);
+        sb.spawn(name, cmd)
+    };
+    let mut holder = spawn("holder", holders_member);
+    wait_for(|| sb.lines("turns").len() == 1, SOON, "the holder's child");
+    let mut waiter = spawn("waiter", waiters_member);
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.freeze(waiters_member);
+    let released = Instant::now();
+    std::fs::write(sb.file("go-holder"), "").unwrap();
+    assert_eq!(holder.wait_code(SOON), 0, "stderr {:?}", holder.stderr());
+    wait_for(|| sb.lines("turns").len() == 2, Duration::from_secs(30), "the waiter's turn, before the re-read");
+    eprintln!("the waiter took over {:?} after the release, its member frozen", released.elapsed());
+    std::fs::write(sb.file("go-waiter"), "").unwrap();
+    assert_eq!(waiter.wait_code(SOON), 0, "stderr {:?}", waiter.stderr());
+    cluster.thaw(waiters_member);
+}
+
 /// Figures for the README, not a check (`cargo test --test cluster_etcd -- --ignored
 /// --nocapture`): how long the cluster is without a leader when the leader is SIGKILLed
 /// (from the kill until a surviving member answers as leader), and how long a one-shot run

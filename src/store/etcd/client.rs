@@ -29,6 +29,14 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on every request (the elector bounds its calls too, usually tighter).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A connection silent this long while a stream is open (a waiter's watch) is pinged, and
+/// closed if the ping goes unanswered for `PING_TIMEOUT`: a frozen member answers nothing
+/// and keeps its connections open, and a watch on it would otherwise wait for the elector's
+/// once-a-minute re-read. etcd refuses pings more often than every 5 s (and any ping on a
+/// connection without a stream), so none are sent on an idle connection.
+const PING_EVERY: Duration = Duration::from_secs(10);
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The metadata key etcd reads an authentication token from.
 const TOKEN_HEADER: &str = "token";
 
@@ -59,7 +67,9 @@ impl Connection {
             let mut endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| refused(format!("bad endpoint {url}: {}", chain(&e))))?
                 .connect_timeout(CONNECT_TIMEOUT)
-                .timeout(REQUEST_TIMEOUT);
+                .timeout(REQUEST_TIMEOUT)
+                .http2_keep_alive_interval(PING_EVERY)
+                .keep_alive_timeout(PING_TIMEOUT);
             if let Some(tls) = &tls {
                 endpoint = endpoint.tls_config(tls.clone()).map_err(|e| refused(format!("TLS: {}", chain(&e))))?;
             }
