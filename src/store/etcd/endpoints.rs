@@ -189,7 +189,7 @@ impl Endpoints {
                                 running.push(start(j));
                                 (newest, hedge_at) = (j, Instant::now() + HEDGE_AFTER);
                             }
-                            None if running.is_empty() && (sent.all_refused() || called.elapsed() >= GIVE_UP_AFTER) => {
+                            None if running.is_empty() && (sent.all_refused() || sent.order.len() == 1 || called.elapsed() >= GIVE_UP_AFTER) => {
                                 return Err(status)
                             }
                             // Sent again at the hedge's pace: etcd said "not now" (an election).
@@ -201,7 +201,9 @@ impl Endpoints {
                         return answer;
                     }
                 },
-                () = sleep_until(hedge_at) => {
+                // One member: a copy on the same connection would only add to its load (a
+                // request lost in an election needs another member to have led).
+                () = sleep_until(hedge_at), if self.members.len() > 1 => {
                     if !running.is_empty() {
                         self.members[newest].failed();
                     } else if called.elapsed() >= GIVE_UP_AFTER {
