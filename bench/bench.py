@@ -11,6 +11,10 @@ row each):
                 and how long the old child lived on
   4. standby    store requests per second made by one idle --wait standby
   5. memory     peak RSS (VmHWM) of the wrapper, its watchdog, and a standby
+  6. contract   what the child sees, next to `etcdctl lock`
+  7. clusters   3-node etcd, NATS and ZooKeeper: handoff and failover on the cluster
+                URL, a node killed or frozen under a holder (false losses), one-shot
+                runs while a node is down (--clusters-only runs this alone)
 
 It prints the tables and writes BENCHMARKS.md at the repository root (a --quick run
 writes only where --out says). It reports figures; it never asserts speed.
@@ -342,6 +346,322 @@ def stop_server(info: dict) -> None:
     Procs.terminate(info["server"], grace=20)
 
 
+# ------------------------------------------------------------------------ clusters
+#
+# Three nodes of one engine on loopback, for section 7 (issue 22): what a holder and a
+# one-shot run see when a node of the store is lost. Each node has its own ports and
+# directory and is spawned through the server-level Procs, so the final sweep kills it
+# whatever happens; a node killed here is started again with the same argv (same ports,
+# same data). The faults never take two nodes down at once: a quorum always stands.
+
+
+def http_json(url: str, body: Optional[bytes] = None, timeout: float = 1.0):
+    """GET (or POST `body`) and parse the JSON answer; None when the node does not answer."""
+    try:
+        req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+
+
+class Cluster:
+    """A 3-node cluster: nodes by index, who leads, and faults on a node (kill, restart,
+    freeze, thaw). Every method returns once the cluster has done what was asked (a node
+    started again answers). Subclasses say how a node starts, when it answers, who leads."""
+
+    engine = ""
+    size = 3
+
+    def __init__(self, d: Path, procs: "Procs"):
+        self.dir, self.procs = d, procs
+        d.mkdir(parents=True, exist_ok=True)
+        self.servers: list[Optional[subprocess.Popen]] = [None] * self.size
+        self.frozen: set[int] = set()
+
+    # --- what each engine says
+    def argv(self, i: int) -> list:
+        raise NotImplementedError
+
+    def answers(self, i: int) -> bool:
+        """Node i serves clients (checked after a start or a restart)."""
+        raise NotImplementedError
+
+    def leading(self, i: int) -> bool:
+        """Node i says it leads (for NATS: the bucket stream, once it exists)."""
+        raise NotImplementedError
+
+    def url_from(self, first: int) -> str:
+        """The store URL listing every node, node `first` first (a client's preferred node)."""
+        raise NotImplementedError
+
+    def hosts_from(self, first: int, port_key: str = "client") -> str:
+        order = [first] + [i for i in range(self.size) if i != first]
+        return ",".join(f"127.0.0.1:{self.nodes[i][port_key]}" for i in order)
+
+    # --- shared
+    def up(self, i: int) -> bool:
+        p = self.servers[i]
+        return p is not None and p.poll() is None and i not in self.frozen
+
+    def spawn(self, i: int) -> None:
+        with open(self.dir / f"node{i}.log", "ab") as log:
+            self.servers[i] = self.procs.spawn(self.argv(i), stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_answers(self, i: int, within: float = 60) -> None:
+        deadline = time.monotonic() + within
+        while not self.answers(i):
+            if self.servers[i].poll() is not None:
+                raise RuntimeError(f"{self.engine} node {i} exited: " + self.log_tail(i))
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.engine} node {i} does not answer: " + self.log_tail(i))
+            time.sleep(0.05)
+
+    def log_tail(self, i: int) -> str:
+        try:
+            lines = (self.dir / f"node{i}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return " / ".join(lines[-2:])[-400:]
+
+    def start(self) -> None:
+        for i in range(self.size):
+            self.spawn(i)
+        for i in range(self.size):
+            self.wait_answers(i)
+        if self.wait_for_leader(60) is None:
+            raise RuntimeError(f"the {self.engine} cluster elected no leader")
+
+    def leader(self) -> Optional[int]:
+        return next((i for i in range(self.size) if self.up(i) and self.leading(i)), None)
+
+    def wait_for_leader(self, within: float = 60) -> Optional[int]:
+        deadline = time.monotonic() + within
+        while True:
+            leader = self.leader()
+            if leader is not None or time.monotonic() > deadline:
+                return leader
+            time.sleep(0.05)
+
+    def follower(self) -> int:
+        """A node that answers and does not lead now (the lowest such index)."""
+        leader = self.leader()
+        return next(i for i in range(self.size) if i != leader and self.up(i))
+
+    def kill(self, i: int) -> None:
+        """SIGKILL node i, as a crash of its host would; returns once it is gone."""
+        p = self.servers[i]
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+        self.frozen.discard(i)
+
+    def restart(self, i: int) -> None:
+        """Node i again, same ports and data; returns once it answers."""
+        self.spawn(i)
+        self.wait_answers(i)
+
+    def freeze(self, i: int) -> None:
+        """SIGSTOP: its connections stay open and requests to it hang (a stalled host)."""
+        os.kill(self.servers[i].pid, signal.SIGSTOP)
+        self.frozen.add(i)
+
+    def thaw(self, i: int) -> None:
+        os.kill(self.servers[i].pid, signal.SIGCONT)
+        self.frozen.discard(i)
+
+    def stop(self) -> None:
+        for i in list(self.frozen):  # a stopped process would sit out the SIGTERM's grace
+            self.thaw(i)
+        for p in self.servers:
+            if p is not None:
+                Procs.terminate(p, grace=10)
+
+
+class EtcdCluster(Cluster):
+    """etcd members e0..e2, default heartbeat (100 ms) and election timeout (1 s),
+    --unsafe-no-fsync (the faults here are process crashes, not power losses)."""
+
+    engine = "etcd"
+
+    def __init__(self, d: Path, procs: "Procs"):
+        super().__init__(d, procs)
+        self.nodes = [{"client": free_port(), "peer": free_port()} for _ in range(self.size)]
+        self.initial = ",".join(f"e{i}=http://127.0.0.1:{n['peer']}" for i, n in enumerate(self.nodes))
+        self.token = uuid.uuid4().hex[:12]
+        self.member_ids: dict[int, str] = {}
+
+    def argv(self, i: int) -> list:
+        c, p = f"http://127.0.0.1:{self.nodes[i]['client']}", f"http://127.0.0.1:{self.nodes[i]['peer']}"
+        return ["etcd", "--name", f"e{i}", "--data-dir", self.dir / f"data{i}", "--listen-client-urls", c,
+                "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                "--initial-cluster", self.initial, "--initial-cluster-state", "new",
+                "--initial-cluster-token", self.token, "--unsafe-no-fsync"]
+
+    def answers(self, i: int) -> bool:
+        health = http_json(f"http://127.0.0.1:{self.nodes[i]['client']}/health")
+        return bool(health) and health.get("health") == "true"
+
+    def leading(self, i: int) -> bool:
+        # The gRPC gateway's Maintenance.Status: this member's id and the leader it knows.
+        st = http_json(f"http://127.0.0.1:{self.nodes[i]['client']}/v3/maintenance/status", b"{}")
+        return bool(st) and st.get("leader") is not None and st.get("leader") == st.get("header", {}).get("member_id")
+
+    def url_from(self, first: int) -> str:
+        return "etcd://" + self.hosts_from(first)
+
+    def endpoints(self) -> str:
+        return ",".join(f"http://127.0.0.1:{n['client']}" for n in self.nodes)
+
+
+ZK_CLASSPATH = ":".join(f"/usr/share/java/{jar}" for jar in ("zookeeper.jar", "slf4j-log4j12.jar", "log4j-1.2.jar"))
+
+
+class ZooKeeperCluster(Cluster):
+    """ZooKeeper servers 1..3 with tickTime 500 ms (initLimit 10, syncLimit 5 ticks), as
+    MACHINE.md runs them; maxSessionTimeout 120 s so the default 15 s ttl is granted."""
+
+    engine = "zookeeper"
+
+    def __init__(self, d: Path, procs: "Procs"):
+        super().__init__(d, procs)
+        self.nodes = [{"client": free_port(), "quorum": free_port(), "election": free_port()}
+                      for _ in range(self.size)]
+        servers = "".join(f"server.{i + 1}=127.0.0.1:{n['quorum']}:{n['election']}\n" for i, n in enumerate(self.nodes))
+        for i, n in enumerate(self.nodes):
+            data = d / f"data{i}"
+            data.mkdir()
+            (data / "myid").write_text(f"{i + 1}\n")
+            (d / f"zoo{i}.cfg").write_text(
+                f"tickTime=500\ninitLimit=10\nsyncLimit=5\ndataDir={data}\nclientPort={n['client']}\n"
+                "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,mntr,stat\n"
+                f"maxSessionTimeout=120000\nmaxClientCnxns=0\n{servers}")
+
+    def argv(self, i: int) -> list:
+        return ["java", "-Xmx256m", "-cp", ZK_CLASSPATH, f"-Dzookeeper.log.dir={self.dir}",
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain", self.dir / f"zoo{i}.cfg"]
+
+    def mode(self, i: int) -> Optional[str]:
+        """`srvr`'s Mode: leader, follower; None while the server takes no sessions."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.nodes[i]["client"]), timeout=1) as c:
+                c.settimeout(1)
+                c.sendall(b"srvr")
+                reply = b""
+                while chunk := c.recv(4096):
+                    reply += chunk
+        except OSError:
+            return None
+        m = re.search(rb"Mode: (\w+)", reply)
+        return m.group(1).decode() if m else None
+
+    def answers(self, i: int) -> bool:
+        return self.mode(i) in ("leader", "follower")
+
+    def leading(self, i: int) -> bool:
+        return self.mode(i) == "leader"
+
+    def url_from(self, first: int) -> str:
+        return "zk://" + self.hosts_from(first)
+
+
+class NatsCluster(Cluster):
+    """nats-server n0..n2 with JetStream (sync_interval always, as the single server),
+    routed to each other, one user with a random password. The leader that matters to a
+    lease is the bucket stream's (KV_<bucket>, replicated 3 ways); before the bucket
+    exists, the JetStream meta leader."""
+
+    engine = "nats"
+    user, bucket = "leaderrun", "bench"
+
+    def __init__(self, d: Path, procs: "Procs"):
+        super().__init__(d, procs)
+        self.password = uuid.uuid4().hex
+        self.nodes = [{"client": free_port(), "monitor": free_port(), "route": free_port()} for _ in range(self.size)]
+        routes = ", ".join(f"nats-route://127.0.0.1:{n['route']}" for n in self.nodes)
+        for i, n in enumerate(self.nodes):
+            (d / f"nats{i}.conf").write_text(
+                f'server_name: n{i}\nlisten: "127.0.0.1:{n["client"]}"\nhttp: "127.0.0.1:{n["monitor"]}"\n'
+                f'jetstream {{ store_dir: "{d / f"js{i}"}", sync_interval: always }}\n'
+                f'authorization {{ users: [ {{ user: {self.user}, password: "{self.password}" }} ] }}\n'
+                f'cluster {{ name: bench, listen: "127.0.0.1:{n["route"]}", routes: [{routes}] }}\n')
+
+    def argv(self, i: int) -> list:
+        return [nats_server_binary(), "-c", self.dir / f"nats{i}.conf"]
+
+    def monitor(self, i: int, path: str):
+        return http_json(f"http://127.0.0.1:{self.nodes[i]['monitor']}{path}")
+
+    def answers(self, i: int) -> bool:
+        health = self.monitor(i, "/healthz?js-enabled-only=true")
+        return bool(health) and health.get("status") == "ok"
+
+    def current(self, i: int) -> bool:
+        """Plain /healthz: JetStream on node i has caught up with its streams."""
+        health = self.monitor(i, "/healthz")
+        return bool(health) and health.get("status") == "ok"
+
+    def stream_leader(self, i: int) -> Optional[str]:
+        """The bucket stream's leader as node i sees it ('' while none; None: no stream)."""
+        jsz = self.monitor(i, "/jsz?accounts=true&streams=true") or {}
+        for account in jsz.get("account_details") or []:
+            for stream in account.get("stream_detail") or []:
+                if stream.get("name") == f"KV_{self.bucket}":
+                    return (stream.get("cluster") or {}).get("leader") or ""
+        return None
+
+    def leading(self, i: int) -> bool:
+        jsz = self.monitor(i, "/jsz") or {}
+        name = f"n{i}"
+        if not (jsz.get("meta_cluster") or {}).get("leader"):
+            return False  # no meta leader known to this node: no quorum it can see
+        views = [self.stream_leader(j) for j in range(self.size) if self.up(j)]
+        if any(v is not None for v in views):
+            return any(v == name for v in views)
+        return jsz["meta_cluster"]["leader"] == name
+
+    def follower(self) -> int:
+        """A node that leads neither the bucket stream nor JetStream's meta group, if any."""
+        leader = self.leader()
+        meta = next(((self.monitor(i, "/jsz") or {}).get("meta_cluster", {}).get("leader")
+                     for i in range(self.size) if self.up(i)), None)
+        others = [i for i in range(self.size) if i != leader and self.up(i)]
+        return next((i for i in others if f"n{i}" != meta), others[0])
+
+    def restart(self, i: int) -> None:
+        super().restart(i)
+        deadline = time.monotonic() + 30  # let it catch up, so the next fault finds 3 current replicas
+        while not self.current(i) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def url_from(self, first: int) -> str:
+        return f"nats://{self.user}:{self.password}@{self.hosts_from(first)}/{self.bucket}?replicas=3"
+
+
+def start_cluster(kind: type, d: Path, procs: "Procs") -> dict:
+    """Start a 3-node cluster of `kind`; ports are picked before anything listens on them,
+    so one may be taken meanwhile: then the whole cluster is started again on new ones."""
+    last = None
+    for attempt in range(3):
+        cluster = kind(d / f"try{attempt}", procs)
+        try:
+            cluster.start()
+            info = {"cluster": cluster, "secret": getattr(cluster, "password", None)}
+            if isinstance(cluster, EtcdCluster):
+                info["endpoint"] = cluster.endpoints()  # for `etcdctl --endpoints=`
+            return info
+        except RuntimeError as err:
+            last = err
+            cluster.stop()
+    raise RuntimeError(f"the {kind.engine} cluster did not start: {last}")
+
+
+def stop_cluster(info: dict) -> None:
+    info["cluster"].stop()
+
+
 STORES: list[Store] = [
     Store("sqlite", url=lambda s: f"sqlite://{s.dir}/leases.db", note="embedded, one file on local disk"),
     Store("postgres", url=lambda s: f"postgres://postgres@127.0.0.1:{s.info['port']}/postgres",
@@ -378,7 +698,12 @@ CommandTemplate = Callable[[Session, str, list, bool, list], list]
 
 
 def leaderrun_command(session: Session, lock: str, child: list, wait: bool, flags: list) -> list:
-    argv = [str(LEADERRUN), "--store", session.url, "--lock", lock]
+    return leaderrun_argv(session.url, lock, child, wait, flags)
+
+
+def leaderrun_argv(url: str, lock: str, child: list, wait: bool, flags: list) -> list:
+    """leaderrun on `url` (section 7 lists a cluster's nodes in an order of its choosing)."""
+    argv = [str(LEADERRUN), "--store", url, "--lock", lock]
     argv += ["--wait"] if wait else ["--min-hold", "0s"]
     return argv + list(flags) + ["--", *map(str, child)]
 
@@ -923,11 +1248,19 @@ def fig_failover(session: Session, c: Contender, cfg: dict, procs_mark: str) -> 
                         gone_at = time.monotonic_ns()
                     if "W" in probes.start and "H" in probes.stop and (child_pid is None or gone_at is not None):
                         break
+                    # A tool without a watchdog (`etcdctl lock`) never stops the old child: a
+                    # second after the takeover is enough to say so.
+                    if not c.is_leaderrun and "W" in probes.start and time.monotonic_ns() - probes.start["W"] > 1e9:
+                        break
                     time.sleep(0.001)
                 holder.wait(5)
                 if "W" not in probes.start:
                     failures.append(f"rep {r}: the standby's child never started: " + why_not(waiter, d / "stderr.log"))
                     continue
+                if "H" in probes.stop and probes.stop["H"] < t_kill:
+                    # Not a crash failover: the holder lost its lease by itself before the kill.
+                    failures.append(f"rep {r}: the holder's child stopped "
+                                    f"{ms(t_kill - probes.stop['H']):.0f} ms before the kill")
                 takeover.append(ms(probes.start["W"] - t_kill))
                 if "H" in probes.stop:
                     child_stop.append(ms(probes.stop["H"] - t_kill))
@@ -1109,22 +1442,328 @@ def fig_memory(session: Session, c: Contender, cfg: dict, procs_mark: str) -> di
     return result
 
 
+# --------------------------------------------------------------------- 7. clusters
+#
+# Section 7 (issue 22): the same wrapper on a 3-node cluster of etcd, ZooKeeper or NATS.
+# Figures 2 and 3 run unchanged on the cluster's URL (a Store whose url() lists the three
+# nodes); the figures below put a fault on one node of the store under a running holder or
+# right before a one-shot run, at leaderrun's default timings (ttl 15 s).
+
+NODE_FAULTS = (
+    ("leader", "SIGKILL of the leader node, listed first"),
+    ("follower", "SIGKILL of a follower, listed first"),
+    ("freeze", "SIGSTOP of a follower, listed first, then SIGCONT"),
+)
+
+
+def cluster_of(session: Session) -> "Cluster":
+    return session.info["cluster"]
+
+
+def restore(cl: "Cluster", i: int) -> None:
+    """Node i back (restarted if it was killed, thawed if frozen), and a leader elected:
+    every repetition starts from a whole cluster."""
+    if i in cl.frozen:
+        cl.thaw(i)
+    if cl.servers[i] is None or cl.servers[i].poll() is not None:
+        cl.restart(i)
+    if cl.wait_for_leader(60) is None:
+        raise RuntimeError(f"the {cl.engine} cluster has no leader 60 s after node {i} came back")
+
+
+def prime_cluster(session: Session, procs_mark: str) -> None:
+    """One one-shot run until it succeeds (at most 60 s): it makes the NATS bucket, whose
+    stream is then placed on all three servers, before anything is timed."""
+    deadline, last = time.monotonic() + 60, ""
+    while time.monotonic() < deadline:
+        with Procs(procs_mark) as procs:
+            p = procs.spawn(leaderrun_argv(session.url, lock_name("prime"), ["true"], False, []),
+                            stderr=subprocess.PIPE, text=True)
+            _, err = p.communicate(timeout=90)
+        if p.returncode == 0:
+            cluster_of(session).wait_for_leader(60)
+            return
+        last = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        time.sleep(1)
+    raise RuntimeError(f"no one-shot run succeeded on the cluster within 60 s: {last}")
+
+
+def fig_node_loss(session: Session, cfg: dict, procs_mark: str) -> list[dict]:
+    """A node lost under a holder at the default timings. For each fault: a `--wait` holder
+    whose URL lists the faulted node first, and a `--wait` standby whose URL lists another
+    node first; once the holder's child runs, the fault; then `cluster_watch` seconds of
+    watching. Kept: the holder's child never stopped and its wrapper never exited (a loss
+    with a quorum standing is a false loss). Overlap: the standby's child started while the
+    holder's ran. The node comes back, and a leader is elected, before the next rep."""
+    cl = cluster_of(session)
+    label = f"leaderrun {session.store.name}"
+    rows = []
+    for fault, what in NODE_FAULTS:
+        d = session.dir / f"node-loss-{fault}"
+        d.mkdir()
+        kept, lost_after, exits, overlaps, standby_ran, failures = 0, [], [], 0, 0, []
+        reps = 0
+        with open(d / "stderr.log", "wb") as errf:
+            for r in range(cfg["cluster_reps"]):
+                leader = cl.wait_for_leader(60)
+                if leader is None:
+                    failures.append(f"rep {r}: no leader")
+                    break
+                target = leader if fault == "leader" else cl.follower()
+                other = next(i for i in range(cl.size) if i != target)
+                log, lockfile, lock = d / f"probe-{r}.log", d / f"probe-{r}.lock", lock_name(f"node-{fault}")
+                probes = ProbeLog(log)
+                try:
+                    with Procs(procs_mark) as procs:
+                        holder = procs.spawn(leaderrun_argv(cl.url_from(target), lock, probe_argv(log, lockfile, "H"),
+                                                            True, []), stderr=errf)
+                        if probes.wait("START", "H", 30, holder) is None:
+                            failures.append(f"rep {r}: the holder's child never started: " + why_not(holder, d / "stderr.log"))
+                            continue
+                        standby = procs.spawn(leaderrun_argv(cl.url_from(other), lock, probe_argv(log, lockfile, "W"),
+                                                             True, []), stderr=errf)
+                        time.sleep(cfg["cluster_fault_after"])
+                        t0 = time.monotonic()
+                        cl.freeze(target) if fault == "freeze" else cl.kill(target)
+                        lost = None
+                        while (elapsed := time.monotonic() - t0) < cfg["cluster_watch"]:
+                            if target in cl.frozen and elapsed >= cfg["cluster_freeze"]:
+                                cl.thaw(target)
+                            probes.poll()
+                            if lost is None and ("H" in probes.stop or holder.poll() is not None):
+                                lost = elapsed
+                            time.sleep(0.01)
+                        reps += 1
+                        probes.poll()
+                        if lost is None:
+                            kept += 1
+                        else:
+                            lost_after.append(lost)
+                            exits.append(holder.poll())
+                        if "W" in probes.start:
+                            standby_ran += 1
+                            if "H" not in probes.stop or probes.start["W"] < probes.stop["H"]:
+                                overlaps += 1
+                        overlaps += len(probes.overlaps)
+                        # The standby first, so that the holder's release hands it nothing.
+                        Procs.terminate(standby)
+                        Procs.terminate(holder)
+                finally:
+                    restore(cl, target)
+                say(f"    {what}: {r + 1}/{cfg['cluster_reps']}")
+        rows.append({
+            "label": label, "fault": fault, "what": what, "reps": reps, "kept": kept,
+            "lost_after_s": lost_after, "loss_exits": exits, "standby_ran": standby_ran, "overlaps": overlaps,
+            "watch_s": cfg["cluster_watch"], "freeze_s": cfg["cluster_freeze"] if fault == "freeze" else None,
+            "failures": failures,
+        })
+    return rows
+
+
+def fig_oneshot_election(session: Session, cfg: dict, procs_mark: str) -> dict:
+    """One-shot runs while the store is short of a node. (1) The leader is SIGKILLed and a
+    one-shot run, listing it first, is started at once: its exit status and the time from
+    the kill to its child's START (an election in between). (2) A follower is SIGKILLed
+    and `cluster_follower_oneshots` one-shot runs list it first, one after the other: how
+    many ran their child and exited 0."""
+    cl = cluster_of(session)
+    d = session.dir / "oneshot"
+    d.mkdir()
+    log, lockfile = d / "probe.log", d / "probe.lock"
+    probes = ProbeLog(log)
+    to_start, spawn_lag, exits, failures = [], [], [], []
+    with open(d / "stderr.log", "wb") as errf:
+        for r in range(cfg["cluster_oneshots"]):
+            leader = cl.wait_for_leader(60)
+            if leader is None:
+                failures.append(f"rep {r}: no leader")
+                break
+            url = cl.url_from(leader)
+            try:
+                with Procs(procs_mark) as procs:
+                    t_kill = time.monotonic_ns()
+                    # The run is spawned right after the signal, not after the node is reaped
+                    # (a JVM takes tens of ms to go away).
+                    os.kill(cl.servers[leader].pid, signal.SIGKILL)
+                    p = procs.spawn(leaderrun_argv(url, lock_name("oneshot"), probe_argv(log, lockfile, f"L{r}",
+                                                                                            run_for="100ms"), False, []),
+                                    stderr=errf)
+                    spawn_lag.append(ms(time.monotonic_ns() - t_kill))
+                    cl.kill(leader)  # reaps it
+                    started = probes.wait("START", f"L{r}", 90, p)
+                    try:
+                        exits.append(p.wait(90))
+                    except subprocess.TimeoutExpired:
+                        exits.append(None)
+                    if started is not None:
+                        to_start.append(ms(started - t_kill))
+                    else:
+                        failures.append(f"rep {r}: no START: " + why_not(p, d / "stderr.log"))
+            finally:
+                restore(cl, leader)
+            say(f"    one-shot after a leader kill: {r + 1}/{cfg['cluster_oneshots']}")
+
+        follower_ok, follower_ms, follower_exits = 0, [], []
+        n = cfg["cluster_follower_oneshots"]
+        if cl.wait_for_leader(60) is not None:
+            down = cl.follower()
+            try:
+                cl.kill(down)
+                cl.wait_for_leader(60)
+                for k in range(n):
+                    t = time.monotonic_ns()
+                    with Procs(procs_mark) as procs:
+                        p = procs.spawn(leaderrun_argv(cl.url_from(down), lock_name("oneshot-f"),
+                                                       probe_argv(log, lockfile, f"F{k}", run_for="10ms"), False, []),
+                                        stderr=errf)
+                        try:
+                            status = p.wait(90)
+                        except subprocess.TimeoutExpired:
+                            status = None
+                    probes.poll()
+                    follower_exits.append(status)
+                    if status == 0 and f"F{k}" in probes.start:
+                        follower_ok += 1
+                        follower_ms.append(ms(time.monotonic_ns() - t))
+            finally:
+                restore(cl, down)
+    return {
+        "label": f"leaderrun {session.store.name}",
+        "n": len(exits),
+        "exits": exits,
+        "spawn_lag_max_ms": max(spawn_lag, default=math.nan),
+        "to_start_p50_ms": pct(to_start, 0.5),
+        "to_start_max_ms": max(to_start, default=math.nan),
+        "follower_down_ok": follower_ok,
+        "follower_down_runs": len(follower_exits),
+        "follower_down_exits": follower_exits,
+        "follower_down_p50_ms": pct(follower_ms, 0.5),
+        "overlaps": len(probes.overlaps),
+        "failures": failures,
+        "to_start_ms": to_start,
+    }
+
+
+def etcdctl_lock_ttl(s: Session, lock: str, child: list, wait: bool, flags: list) -> list:
+    """`etcdctl lock` on every endpoint, its session ttl taken from leaderrun's --ttl (in whole
+    seconds): its takeover is then comparable (its default, 10 s in etcdctl 3.4, would make
+    each failover rep last 10 s)."""
+    argv = ["etcdctl", f"--endpoints={s.info['endpoint']}", "lock"]
+    if "--ttl" in flags:
+        argv.append(f"--ttl={max(1, round(parse_seconds(flags[flags.index('--ttl') + 1])))}")
+    return argv + [lock, "--", *map(str, child)]
+
+
+CLUSTER_NOTE = ("etcd 3.4, members with the default heartbeat (100 ms) and election timeout (1 s), "
+                "--unsafe-no-fsync; ZooKeeper 3.8, tickTime 500 ms, initLimit 10, syncLimit 5, "
+                "maxSessionTimeout 120 s; NATS 2.15 JetStream, sync_interval always, the bucket made "
+                "with ?replicas=3")
+
+CLUSTERS: list[Store] = [
+    Store("etcd cluster", url=lambda s: cluster_of(s).url_from(0), start=lambda d, p: start_cluster(EtcdCluster, d, p),
+          stop=stop_cluster, note="3 etcd 3.4 members on loopback, default election timings, --unsafe-no-fsync"),
+    Store("nats cluster", url=lambda s: cluster_of(s).url_from(0), start=lambda d, p: start_cluster(NatsCluster, d, p),
+          stop=stop_cluster, note="3 NATS 2.15 servers with JetStream on loopback, sync_interval always, bucket ?replicas=3"),
+    Store("zookeeper cluster", url=lambda s: cluster_of(s).url_from(0),
+          start=lambda d, p: start_cluster(ZooKeeperCluster, d, p), stop=stop_cluster,
+          note="3 ZooKeeper 3.8 servers on loopback, tickTime 500 ms"),
+]
+
+# Next to leaderrun on a cluster: `etcdctl lock` on all three etcd endpoints, in the crash
+# failover only (it has no watchdog: its old child is never stopped).
+CLUSTER_ANCHORS: list[Contender] = [
+    Contender("etcdctl lock, etcd cluster", "etcd cluster", etcdctl_lock_ttl, figures=frozenset({"failover"})),
+]
+
+CLUSTER_FIGURES = ("cluster_handoff", "cluster_failover", "cluster_node_loss", "cluster_oneshot")
+
+
+def redact(result, secret: Optional[str]):
+    """The result with the cluster's password blanked wherever a message quoted a URL."""
+    if not secret:
+        return result
+    return json.loads(json.dumps(result, default=str).replace(secret, "***"))
+
+
+def run_clusters(cfg: dict, only: Optional[set], tmp: Path, results: dict) -> None:
+    """Section 7: each engine's 3-node cluster in turn; its figures go into `results`. A
+    `--store` filter names the engine (`etcd` selects both `etcd` and `etcd cluster`)."""
+    for key in CLUSTER_FIGURES:
+        results.setdefault(key, [])
+    fig_mark = f"{MARK}-fig"
+    for store in CLUSTERS:
+        engine = store.name.split()[0]
+        if only and engine not in only and store.name not in only:
+            continue
+        t = time.monotonic()
+        say(f"[{store.name}] starting 3 nodes")
+        label = f"leaderrun {store.name}"
+
+        with Procs(f"{MARK}-server-{slug(store.name)}") as server_procs:
+            session = None
+            try:
+                session = store_session(store, tmp, server_procs, dirname=slug(store.name))
+                prime_cluster(session, fig_mark)
+            except Exception as err:
+                say(f"[{store.name}] could not start the cluster: {err!r}")
+                for key in CLUSTER_FIGURES:
+                    results[key].append({"label": label, "store": store.name, "error": f"cluster did not start: {err}"})
+                if session is not None:
+                    stop_cluster(session.info)
+                continue
+            secret = session.info.get("secret")
+
+            def attempt(key: str, what: str, run: Callable[[], object]) -> None:
+                try:
+                    out = run()
+                    results[key] += redact(out if isinstance(out, list) else [out], secret)
+                except Exception as err:
+                    say(f"[{store.name}] {what}: FAILED: {redact(repr(err), secret)}")
+                    results[key].append(redact({"label": what, "store": store.name,
+                                                "error": f"{type(err).__name__}: {err}"}, secret))
+                try:  # whatever happened, the next figure starts from a whole cluster with a leader
+                    for i in range(cluster_of(session).size):
+                        restore(cluster_of(session), i)
+                except Exception as err:
+                    say(f"[{store.name}] could not restore the cluster: {err!r}")
+
+            try:
+                row = leaderrun_row(store)
+                say(f"[{store.name}] 7a. handoff, {cfg['cluster_handoffs']} handoffs")
+                attempt("cluster_handoff", label,
+                        lambda: fig_handoff(session, row, dict(cfg, handoffs=cfg["cluster_handoffs"]), fig_mark))
+                for c in [row] + [a for a in CLUSTER_ANCHORS if a.store == store.name]:
+                    say(f"[{store.name}] 7a. failover: {c.label}, {cfg['failovers']} kill -9")
+                    attempt("cluster_failover", c.label, lambda: fig_failover(session, c, cfg, fig_mark))
+                say(f"[{store.name}] 7b. a node lost under a holder, {cfg['cluster_reps']} reps per fault")
+                attempt("cluster_node_loss", label, lambda: fig_node_loss(session, cfg, fig_mark))
+                say(f"[{store.name}] 7c. one-shot runs short of a node")
+                attempt("cluster_oneshot", label, lambda: fig_oneshot_election(session, cfg, fig_mark))
+            finally:
+                try:
+                    stop_cluster(session.info)
+                except Exception as err:
+                    say(f"[{store.name}] stop hook failed: {err!r} (its processes are killed anyway)")
+        say(f"[{store.name}] done in {time.monotonic() - t:.0f} s")
+
+
 # ------------------------------------------------------------------------- running
 
 
-def store_session(store: Store, base: Path, procs: Procs):
-    d = base / store.name
+def store_session(store: Store, base: Path, procs: Procs, dirname: Optional[str] = None):
+    d = base / (dirname or store.name)
     d.mkdir()
     info = store.start(d, procs) if store.start else {}
     return Session(store, d, info or {})
 
 
-def run_all(cfg: dict, only: Optional[set], tmp: Path) -> dict:
-    """Each store in turn: start its server (if any), run every figure for its rows, stop it.
-    A figure that fails becomes an error row; the other stores and figures still run."""
+def run_all(cfg: dict, only: Optional[set], tmp: Path, singles: bool = True, clusters: bool = True) -> dict:
+    """Each store in turn: start its server (if any), run every figure for its rows, stop it;
+    then (section 7) each engine's 3-node cluster. A figure that fails becomes an error row;
+    the other stores and figures still run."""
     results = {f: [] for f in FIGURES}
     fig_mark = f"{MARK}-fig"
-    stores = [s for s in STORES if not only or s.name in only]
+    stores = [s for s in STORES if singles and (not only or s.name in only)]
     for store in stores:
         rows = [c for c in contenders() if c.store == store.name]
         t = time.monotonic()
@@ -1179,6 +1818,8 @@ def run_all(cfg: dict, only: Optional[set], tmp: Path) -> dict:
                     except Exception as err:
                         say(f"[{store.name}] stop hook failed: {err!r} (its processes are killed anyway)")
         say(f"[{store.name}] done in {time.monotonic() - t:.0f} s")
+    if clusters:
+        run_clusters(cfg, only, tmp, results)
     return results
 
 
@@ -1412,6 +2053,39 @@ def goals(results: dict, m: dict, cfg: dict) -> list:
 
 
 
+def handoff_table(results: list) -> str:
+    """Figure 2's table (also 7a's, on the clusters)."""
+    rows = []
+    for r in results:
+        if "error" in r:
+            rows.append([r["label"], *["—"] * 9, r["error"]])
+            continue
+        note = r["failure"] or ""
+        per = r.get("requests_per_handoff")
+        rows.append([r["label"], r["n"], fmt(r["p50_ms"]), fmt(r["p90_ms"]), fmt(r["p99_ms"]), fmt(r["max_ms"]),
+                     fmt(r["min_ms"]), "—" if per is None else fmt(per), r["overlaps"], r["bad_exits"], note])
+    return md_table(["row", "handoffs", "p50 ms", "p90 ms", "p99 ms", "max ms", "min ms", "requests per handoff",
+                     "overlaps", "non-zero exits", "failure"], rows)
+
+
+def failover_table(results: list) -> str:
+    """Figure 3's table (also 7a's, on the clusters)."""
+    rows = []
+    for r in results:
+        if "error" in r:
+            rows.append([r["label"], *["—"] * 9, r["error"]])
+            continue
+        rows.append([r["label"], f"{r['ttl']} / {r['renew_every']} / {r['kill_after']}", r["n"],
+                     fmt(r["takeover_min_ms"], 0), fmt(r["takeover_p50_ms"], 0), fmt(r["takeover_max_ms"], 0),
+                     (fmt(r["takeover_p50_ms"] / (parse_seconds(r["ttl"]) * 1e3), 2) + " ttl") if r["n"] else "—",
+                     f"{fmt(r['child_stop_p50_ms'])} / {fmt(r['child_stop_max_ms'])}",
+                     f"{fmt(r['child_gone_p50_ms'])} / {fmt(r['child_gone_max_ms'])}",
+                     r["overlaps"], "; ".join(r["failures"])])
+    return md_table(["row", "ttl / renew / kill-after", "reps", "takeover min ms", "takeover p50 ms",
+                     "takeover max ms", "p50 vs ttl", "old child STOP p50 / max ms", "old child pid gone p50 / max ms",
+                     "overlaps", "failures"], rows)
+
+
 def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> str:
     parts = [
         "# leaderrun benchmarks",
@@ -1443,8 +2117,16 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
                    f"{m['build_seconds']:.0f} s on {m['nproc']} cores" if m.get("build_seconds") else
                    "not measured in this run (`bench.py --build-time`)"],
               ]), ""]
-    parts += goals(results, m, cfg)
+    if any(results.get(f) for f in FIGURES):  # not with --clusters-only
+        parts += goals(results, m, cfg)
+        parts += store_sections(results, cfg)
+    parts += cluster_section(results, cfg)
+    return "\n".join(parts)
 
+
+def store_sections(results: dict, cfg: dict) -> list:
+    """Sections 1 to 6: one row per store (one server each)."""
+    parts = []
     parts += ["## 1. Start-to-exit overhead of a one-shot run", "",
               f"`leaderrun --store URL --min-hold 0s --lock NAME -- true`, next to `true` and `flock FILE true` "
               f"in the same `hyperfine -N` run ({cfg['hf_warmup']} warm-up runs, {cfg['hf_runs']} measured per command). "
@@ -1468,17 +2150,7 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
               f"A `--wait` holder's child (the probe, `--run-for {cfg['handoff_hold']}`) exits; the gap is until the "
               "next `--wait` peer's child starts (its START minus the holder's STOP, both CLOCK_MONOTONIC). "
               f"Chained: each waiter becomes the next holder.", ""]
-    rows = []
-    for r in results["handoff"]:
-        if "error" in r:
-            rows.append([r["label"], *["—"] * 8, r["error"]])
-            continue
-        note = r["failure"] or ""
-        per = r.get("requests_per_handoff")
-        rows.append([r["label"], r["n"], fmt(r["p50_ms"]), fmt(r["p90_ms"]), fmt(r["p99_ms"]), fmt(r["max_ms"]),
-                     fmt(r["min_ms"]), "—" if per is None else fmt(per), r["overlaps"], r["bad_exits"], note])
-    parts += [md_table(["row", "handoffs", "p50 ms", "p90 ms", "p99 ms", "max ms", "min ms", "requests per handoff",
-                        "overlaps", "non-zero exits", "failure"], rows), ""]
+    parts += [handoff_table(results["handoff"]), ""]
     parts += ["Requests per handoff: every run's store requests (`-vvv`: its acquire, its renewals while it holds, its "
               "release) divided by the handoffs.", ""]
 
@@ -1502,20 +2174,7 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
               "The holder's wrapper (not its child) gets SIGKILL at a random point of its renewal cycle. "
               "Takeover: until the `--wait` peer's child STARTs. Old child: until the killed holder's child logged "
               "STOP (its watchdog's stop signal) and until its pid was gone (polled every ~1 ms). All from the kill.", ""]
-    rows = []
-    for r in results["failover"]:
-        if "error" in r:
-            rows.append([r["label"], *["—"] * 9, r["error"]])
-            continue
-        rows.append([r["label"], f"{r['ttl']} / {r['renew_every']} / {r['kill_after']}", r["n"],
-                     fmt(r["takeover_min_ms"], 0), fmt(r["takeover_p50_ms"], 0), fmt(r["takeover_max_ms"], 0),
-                     (fmt(r["takeover_p50_ms"] / (parse_seconds(r["ttl"]) * 1e3), 2) + " ttl") if r["n"] else "—",
-                     f"{fmt(r['child_stop_p50_ms'])} / {fmt(r['child_stop_max_ms'])}",
-                     f"{fmt(r['child_gone_p50_ms'])} / {fmt(r['child_gone_max_ms'])}",
-                     r["overlaps"], "; ".join(r["failures"])])
-    parts += [md_table(["row", "ttl / renew / kill-after", "reps", "takeover min ms", "takeover p50 ms",
-                        "takeover max ms", "p50 vs ttl", "old child STOP p50 / max ms", "old child pid gone p50 / max ms",
-                        "overlaps", "failures"], rows), ""]
+    parts += [failover_table(results["failover"]), ""]
 
     parts += ["## 4. Store requests of an idle standby", "",
               "One holder with a long child and one `--wait -vvv` standby (default timings); the standby's "
@@ -1561,7 +2220,90 @@ def report(results: dict, m: dict, cfg: dict, mode: str, load_before: str) -> st
             f"still running {cfg['contract_patience']:g} s later"
         rows.append([r["label"], r["exit_7"], after, r["wrapper_exit"] if r["wrapper_exit"] is not None else "still running"])
     parts += [md_table(["row", "child exits 7, wrapper exits", "child after its lease is revoked", "wrapper exits"], rows), ""]
-    return "\n".join(parts)
+    return parts
+
+
+def tidy_failures(failures: list) -> str:
+    """Failure messages for a table cell: store URLs (node ports change every run) said as
+    URL, and the same message repeated over reps said once with a count."""
+    said = Counter(re.sub(r"\b(?:etcd|zk|nats)://\S+?(?=:? )", "URL", re.sub(r"^rep \d+: ", "", f)) for f in failures)
+    return "; ".join(text if n == 1 else f"{n}× {text}" for text, n in said.items())
+
+
+def cluster_section(results: dict, cfg: dict) -> list:
+    """Section 7: the 3-node clusters (issue 22); nothing when none ran."""
+    if not any(results.get(key) for key in CLUSTER_FIGURES):
+        return []
+    parts = ["## 7. Clusters: three nodes, one of them lost", "",
+             "Each of etcd, NATS and ZooKeeper as three nodes on loopback, every node its own process, ports and "
+             f"directory: {CLUSTER_NOTE}. The URL lists all three (`etcd://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`, "
+             "`zk://…`, `nats://leaderrun:***@127.0.0.1:P1,…/bench?replicas=3`); the order says which node a "
+             "client tries first. A fault hits one node at a time, so a quorum always stands: SIGKILL (a crash "
+             "of its host; it is started again with the same ports and data) or SIGSTOP (a stalled host: its "
+             "connections stay open and requests to it hang, then SIGCONT). Every repetition starts with the "
+             "three nodes up and a leader elected. The leader is etcd's Raft leader, ZooKeeper's leader, and "
+             "for NATS the leader of the bucket's stream (`KV_bench`), which is what a lease's writes go through.",
+             ""]
+
+    parts += ["### 7a. Clean handoff and crash failover on a cluster", "",
+              f"Figures 2 and 3 as they are, on the cluster's URL, with no node faulted: {cfg['cluster_handoffs']} "
+              f"chained handoffs (`--run-for {cfg['handoff_hold']}`), then {cfg['failovers']} kill -9 of the "
+              "holder's wrapper at the same timings as figure 3.", ""]
+    if results.get("cluster_handoff"):
+        parts += [handoff_table(results["cluster_handoff"]), ""]
+    if results.get("cluster_failover"):
+        parts += [failover_table(results["cluster_failover"]), ""]
+        if any(r["label"].startswith("etcdctl") for r in results["cluster_failover"]):
+            parts += ["`etcdctl lock, etcd cluster`: `etcdctl --endpoints=<all three> lock --ttl=N`, its session ttl "
+                      "the same whole seconds as leaderrun's `--ttl` (its own default is 10 s in etcdctl 3.4), so the "
+                      "takeovers compare. It has no watchdog: nothing stops the old child when its wrapper dies (the "
+                      "old-child columns), so the standby's child starts beside it (the overlaps column).", ""]
+
+    parts += ["### 7b. A node lost under a holder, at the default timings", "",
+              "A `--wait` holder with no timing flags (ttl 15 s, a renewal every 5 s) whose URL lists the faulted "
+              "node first, and a `--wait` standby on the same lock whose URL lists another node first. "
+              f"{cfg['cluster_fault_after']:g} s after the holder's child started, the fault; then "
+              f"{cfg['cluster_watch']:g} s watched (a frozen node is thawed after {cfg['cluster_freeze']:g} s). "
+              "**Kept**: the holder's child never stopped and its wrapper never exited in the window. With a "
+              "quorum standing throughout, a loss is a false loss (DESIGN.md §9: a node lost or frozen must cost no "
+              "lease whose ttl exceeds the engine's failover plus two renewals). Lost after: from the fault to the "
+              "child's STOP or the wrapper's exit, whichever came first; the wrapper's exit status then (75: lease "
+              "lost). Overlaps: the standby's child running while the holder's did (must be 0).", ""]
+    rows = []
+    for r in results.get("cluster_node_loss", []):
+        if "error" in r:
+            rows.append([r["label"], "—", "—", "—", "—", "—", "—", r["error"]])
+            continue
+        rows.append([r["label"], r["what"], f"{r['kept']}/{r['reps']}",
+                     ", ".join(f"{x:.1f}" for x in r["lost_after_s"]) or "—",
+                     ", ".join("running" if x is None else str(x) for x in r["loss_exits"]) or "—",
+                     r["standby_ran"], r["overlaps"], tidy_failures(r["failures"])])
+    parts += [md_table(["row", "fault", "kept", "lost after s", "wrapper exit on loss", "standby's child ran",
+                        "overlaps", "failures"], rows), ""]
+
+    parts += ["### 7c. One-shot runs short of a node", "",
+              "A one-shot run (`--min-hold 0s`, the probe as its child for 100 ms) started right after the leader "
+              "node is SIGKILLed (the spawn's lag after the kill is in the table), its URL listing the killed node "
+              "first: each run's exit status, and the time from the kill to its child's START (an election lies "
+              "in between: DESIGN.md §9 has a one-shot run ride it out before it exits 69). Then, with a follower "
+              f"SIGKILLed and listed first, {cfg['cluster_follower_oneshots']} one-shot runs one after the other: "
+              "how many ran their child and exited 0, and their median start-to-exit time.", ""]
+    rows = []
+    for r in results.get("cluster_oneshot", []):
+        if "error" in r:
+            rows.append([r["label"], "—", "—", "—", "—", "—", "—", "—", r["error"]])
+            continue
+        rows.append([r["label"], r["n"], ", ".join("none (timed out)" if x is None else str(x) for x in r["exits"]),
+                     fmt(r["to_start_p50_ms"], 0), fmt(r["to_start_max_ms"], 0), fmt(r["spawn_lag_max_ms"]),
+                     f"{r['follower_down_ok']}/{r['follower_down_runs']}" +
+                     ("" if r["follower_down_ok"] == r["follower_down_runs"] else
+                      " (exits " + ", ".join("none" if x is None else str(x) for x in r["follower_down_exits"]) + ")"),
+                     fmt(r["follower_down_p50_ms"], 0),
+                     tidy_failures(r["failures"] + ([f"{r['overlaps']} overlaps"] if r["overlaps"] else []))])
+    parts += [md_table(["row", "leader killed: runs", "exit statuses", "kill → START p50 ms", "max ms",
+                        "spawned ≤ ms after the kill", "follower down, listed first: exit 0",
+                        "its start-to-exit p50 ms", "failures"], rows), ""]
+    return parts
 
 
 # ---------------------------------------------------------------------------- main
@@ -1570,8 +2312,14 @@ FULL = dict(hf_warmup=30, hf_runs=300, handoffs=200, handoff_hold="150ms", herd=
             herd_settle=8.0, failovers=10,
             failover_ttl="2s", failover_renew="500ms", failover_kill_after="500ms",
             standby_settle=1.0, standby_seconds=10.0, strace_seconds=3.0, memory_ttl="3s", memory_renew="250ms", memory_after=1.6,
-            contract_ttl="3s", contract_kill_after="1s", contract_patience=15.0)
-QUICK = dict(FULL, hf_warmup=5, hf_runs=40, handoffs=30, herd=20, herd_settle=4.0, failovers=3, standby_seconds=3.0)
+            contract_ttl="3s", contract_kill_after="1s", contract_patience=15.0,
+            # Section 7 (clusters): handoffs on the cluster URL; reps of each node fault, each
+            # watched `cluster_watch` s (a freeze lasts `cluster_freeze` s), the fault
+            # `cluster_fault_after` s after the holder's child started; one-shot runs.
+            cluster_handoffs=100, cluster_reps=3, cluster_watch=20.0, cluster_freeze=10.0, cluster_fault_after=1.0,
+            cluster_oneshots=5, cluster_follower_oneshots=5)
+QUICK = dict(FULL, hf_warmup=5, hf_runs=40, handoffs=30, herd=20, herd_settle=4.0, failovers=3, standby_seconds=3.0,
+             cluster_handoffs=20, cluster_reps=1, cluster_oneshots=2)
 
 
 def prepare(build: bool) -> None:
@@ -1594,13 +2342,18 @@ def prepare(build: bool) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test, ~30 s); writes BENCHMARKS.md only with --out")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test, ~30 s, + ~5 min of clusters); writes BENCHMARKS.md only with --out")
     ap.add_argument("--out", type=Path, help="where to write the report (default: BENCHMARKS.md at the repository root; none for --quick)")
-    ap.add_argument("--store", action="append", help="only this store (repeatable)")
+    ap.add_argument("--store", action="append",
+                    help="only this store (repeatable); etcd, nats, zookeeper also select their 3-node cluster")
+    ap.add_argument("--clusters-only", action="store_true", help="only section 7, the 3-node clusters")
+    ap.add_argument("--no-clusters", action="store_true", help="skip section 7, the 3-node clusters")
     ap.add_argument("--no-build", action="store_true", help="use the release binaries as they are")
     ap.add_argument("--json", type=Path, help="also write every raw figure as JSON here")
     ap.add_argument("--build-time", action="store_true", help="also time a clean release build (several minutes)")
     args = ap.parse_args()
+    if args.clusters_only and args.no_clusters:
+        ap.error("--clusters-only and --no-clusters exclude each other")
     cfg = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
     out = args.out if args.out else (None if args.quick else ROOT / "BENCHMARKS.md")
@@ -1622,7 +2375,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="leaderrun-bench-"))
     started = time.monotonic()
     try:
-        results = run_all(cfg, set(args.store) if args.store else None, tmp)
+        results = run_all(cfg, set(args.store) if args.store else None, tmp,
+                          singles=not args.clusters_only, clusters=not args.no_clusters)
     finally:
         # Whatever happened: no process of ours outlives the script.
         Procs(MARK).cleanup()

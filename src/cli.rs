@@ -37,7 +37,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("128+n", "The child was killed by signal n (a SIGKILLed child gives 137), or leaderrun itself got signal n while still waiting for the lease."),
     ("0 (-E)", "Another holder has the lease (one-shot), or --wait --timeout ran out. Change it with -E/--conflict-exit-code."),
     ("2", "Bad usage or configuration; one line names the flag or the rule. Nothing was written to the store."),
-    ("69", "The store could not be reached, opened or used before the child started."),
+    ("69", "The store could not be reached, opened or used before the child started (a one-shot run retries a store that fails for a moment for up to 5s, or --timeout, first)."),
     ("70", "Internal error: the watchdog could not be started (the child was not started either), or leaderrun's own output could not be written."),
     ("75", "The lease was lost while the child ran (taken by another holder, force-released, or not renewed in time); the child was stopped."),
     ("126", "COMMAND was found but could not be executed."),
@@ -455,7 +455,9 @@ pub struct RunArgs {
     /// With --wait: give up after this long, exit with --conflict-exit-code. It bounds the
     /// whole wait, reaching the store included (a store still unreachable then exits 69).
     /// Without --wait it bounds how long a one-shot run watches a lease on a store with no
-    /// server-side expiry (Kubernetes, S3) whose holder may have died: at most one ttl otherwise.
+    /// server-side expiry (Kubernetes, S3) whose holder may have died (at most one ttl
+    /// otherwise), and how long it retries a store that fails for a moment, such as a cluster
+    /// electing a leader (5s otherwise, and at most half of --min-hold) before it exits 69.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TIMEOUT")]
     pub timeout: Option<Duration>,
 

@@ -48,7 +48,10 @@ const MARGIN_AFTER_EXPIRY: Duration = Duration::from_millis(20);
 pub enum Mode {
     /// Try once. On a store without server-side expiry, a lease whose holder may have died
     /// is watched for up to one observation first, or until `until` (--timeout) if sooner.
-    OneShot { until: Option<Duration> },
+    /// A store that fails transiently (a cluster electing a leader, a restart) is tried again
+    /// until `retry_until` on the elector's clock (--timeout, else `Timing::one_shot_retry`
+    /// after the start of the run); a lock found held ends the run at once all the same.
+    OneShot { until: Option<Duration>, retry_until: Duration },
     /// Campaign until elected, or until `until` on the elector's clock (--timeout counted
     /// from the start of the run: opening the store takes from the same wait).
     Wait { until: Option<Duration> },
@@ -167,9 +170,9 @@ impl Elector {
     /// instant its acquire request was sent.
     async fn campaign(&mut self) -> Result<(Lease, Duration), Outcome> {
         let timing = self.timing();
-        let (give_up, one_shot) = match self.election.mode {
-            Mode::Wait { until } => (until, false),
-            Mode::OneShot { until } => (until, true),
+        let (give_up, one_shot, retry_until) = match self.election.mode {
+            Mode::Wait { until } => (until, false, until),
+            Mode::OneShot { until, retry_until } => (until, true, Some(retry_until)),
         };
         let mut backoff = timing.retry_every();
         // The token of a lease of this run's own that it gave back (once only: if the store did
@@ -273,21 +276,30 @@ impl Elector {
                     ))
                 }
             };
-            if one_shot || !failure.is_transient() {
+            if !failure.is_transient() || retry_until.is_some_and(|t| self.now() >= t) {
                 return Err(Outcome::StoreFailed(failure));
             }
-            tracing::warn!("cannot reach the store, retrying: {failure}");
-            let until = give_up.map_or(self.now() + backoff, |t| t.min(self.now() + backoff));
+            if one_shot {
+                // Quiet in cron: a firing that gets through after an election says nothing.
+                tracing::info!("cannot reach the store, retrying: {failure}");
+            } else {
+                tracing::warn!("cannot reach the store, retrying: {failure}");
+            }
+            let until = retry_until.map_or(self.now() + backoff, |t| t.min(self.now() + backoff));
             let clock = self.clock.clone();
             tokio::select! {
                 _ = async move { sleep_until(&*clock, until).await } => {}
                 Some(signal) = self.signals.recv() => return Err(Outcome::Interrupted(signal)),
             }
-            if give_up.is_some_and(|t| self.now() >= t) {
+            if retry_until.is_some_and(|t| self.now() >= t) {
                 // The turn never came because the store was down: say so, not "held elsewhere".
                 return Err(Outcome::StoreFailed(failure));
             }
-            backoff = (backoff * 2).min(timing.renew_every);
+            if !one_shot {
+                // A one-shot run has seconds to ride out an election: it keeps trying at the
+                // first pace. A waiting one backs off, up to one renewal interval.
+                backoff = (backoff * 2).min(timing.renew_every);
+            }
         }
     }
 

@@ -18,8 +18,10 @@ use crate::elector::{Election, Elector, Mode, Outcome};
 use crate::exit;
 use crate::logging;
 use crate::store::url::{self, Access, StoreSpec};
-use crate::store::{validate_lock_name, ErrorKind, LockRecord, Store, StoreError};
+use crate::store::{validate_lock_name, LockRecord, Store};
 use crate::timing::{validate_timeout, Requested};
+
+mod opening;
 
 /// Print one line naming the problem; return the status to exit with.
 fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
@@ -110,7 +112,11 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
     };
     let command = CommandSpec::resolve(program, words.collect()).map_err(|e| fail(e.status(), e))?;
     let until = args.timeout.map(|t| started + t);
-    let mode = if args.wait { Mode::Wait { until } } else { Mode::OneShot { until } };
+    let mode = if args.wait {
+        Mode::Wait { until }
+    } else {
+        Mode::OneShot { until, retry_until: until.unwrap_or(started + timing.one_shot_retry()) }
+    };
     Ok(Plan {
         election: Election { lock, identity, unique_identity, timing, mode, stop: args.signal },
         requested,
@@ -136,13 +142,10 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
     };
     // Signals first: one that arrives while the store is being opened ends the wait too.
     let mut signals = relay_signals().context("cannot install signal handlers")?;
-    let store: Arc<dyn Store> = match open_store(&plan, &*clock, &mut signals).await {
+    let store = match opening::open_and_fit(&mut plan, &*clock, &mut signals).await {
         Ok(store) => store,
         Err(code) => return Ok(code),
     };
-    if let Err(code) = fit_to_store(&mut plan, &*store).await {
-        return Ok(code);
-    }
     let timing = plan.election.timing;
     let mut child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after);
     let lock = plan.election.lock.clone();
@@ -166,124 +169,9 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
             tracing::error!(%lock, child_status = exit.status(), "lease lost while the child ran ({why}); the child was stopped");
             exit::LEASE_LOST
         }
-        Outcome::StoreFailed(err) => fail(store_failure(&err), err),
+        Outcome::StoreFailed(err) => fail(opening::store_failure(&err), err),
         Outcome::StartFailed(err) => fail(err.status(), err),
     })
-}
-
-/// The exit status for a store error before the child started: 2 when the store's settings
-/// do not fit what was asked (a configuration error), else 69.
-fn store_failure(err: &StoreError) -> u8 {
-    if err.kind == ErrorKind::Unfit {
-        exit::USAGE
-    } else {
-        exit::STORE_UNAVAILABLE
-    }
-}
-
-/// Without --ttl, a store that keeps leases for less than the default (a ZooKeeper server's
-/// maxSessionTimeout, a NATS bucket's max age) gets the longest ttl that fits, with the other
-/// defaults scaled to it. An explicit --ttl is left for the store to accept or refuse.
-async fn fit_to_store(plan: &mut Plan, store: &dyn Store) -> Result<(), u8> {
-    fit_keep_to_store(plan, store).await?;
-    if plan.requested.ttl.is_some() {
-        return Ok(());
-    }
-    let asked = tokio::time::timeout(plan.election.timing.request_timeout(), store.longest_ttl()).await;
-    let longest = match asked {
-        Ok(Ok(longest)) => longest,
-        Ok(Err(err)) => return Err(fail(store_failure(&err), err)),
-        Err(_) => return Err(fail(exit::STORE_UNAVAILABLE, "the store did not say how long a lease it keeps")),
-    };
-    let Some(fitted) = longest.and_then(|longest| plan.requested.fit(longest)) else {
-        return Ok(());
-    };
-    let timing = fitted.map_err(|e| fail(exit::USAGE, e))?;
-    tracing::info!(
-        ttl = %humantime::format_duration(timing.ttl),
-        renew_every = %humantime::format_duration(timing.renew_every),
-        kill_after = %humantime::format_duration(timing.kill_after),
-        "the store keeps leases for less than the default --ttl: using the longest that fits"
-    );
-    plan.election.timing = timing;
-    Ok(())
-}
-
-/// A store that keeps a lock after its child exits for a limited time only (a NATS bucket
-/// without per-message TTL: its max age) caps the default --min-hold to it, and refuses a
-/// longer --min-hold given on the command line (status 2), which it could not keep in full.
-async fn fit_keep_to_store(plan: &mut Plan, store: &dyn Store) -> Result<(), u8> {
-    let keep = plan.election.timing.min_hold;
-    if keep.is_zero() {
-        return Ok(());
-    }
-    let asked = tokio::time::timeout(plan.election.timing.request_timeout(), store.longest_keep()).await;
-    let longest = match asked {
-        Ok(Ok(Some(longest))) if keep > longest => longest,
-        Ok(Ok(_)) => return Ok(()),
-        Ok(Err(err)) => return Err(fail(store_failure(&err), err)),
-        Err(_) => return Err(fail(exit::STORE_UNAVAILABLE, "the store did not say how long it keeps a lock")),
-    };
-    let show = |d: Duration| humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string();
-    if plan.requested.min_hold.is_some() {
-        return Err(fail(
-            exit::USAGE,
-            format!(
-                "--min-hold {} is longer than this store keeps a lock after its child exits ({}: a NATS bucket \
-                 without per-message TTL keeps it for its max age); use --min-hold {} or less",
-                show(keep),
-                show(longest),
-                show(longest)
-            ),
-        ));
-    }
-    tracing::info!(min_hold = %show(longest), "the store keeps a lock for less than the default --min-hold: using the longest it keeps");
-    plan.election.timing.min_hold = longest;
-    Ok(())
-}
-
-/// Open the store. One-shot runs give up at the first failure; `--wait` runs ride out a
-/// store that is not reachable yet (a worker started before its database), until
-/// the end of the whole wait (--timeout) or a signal.
-async fn open_store(
-    plan: &Plan,
-    clock: &dyn Clock,
-    signals: &mut mpsc::UnboundedReceiver<Signal>,
-) -> Result<Arc<dyn Store>, u8> {
-    let Mode::Wait { until: give_up } = plan.election.mode else {
-        return url::open(&plan.spec, Access::Create)
-            .await
-            .map(Arc::from)
-            .map_err(|e| fail(exit::STORE_UNAVAILABLE, e));
-    };
-    let left = || give_up.map(|t| t.saturating_sub(clock.now()));
-    for attempt in 0u64.. {
-        // One attempt may not outlast the wait either (a connect that hangs).
-        let opened = match left() {
-            Some(left) => tokio::time::timeout(left, url::open(&plan.spec, Access::Create)).await,
-            None => Ok(url::open(&plan.spec, Access::Create).await),
-        };
-        let err = match opened {
-            Ok(Ok(store)) => return Ok(Arc::from(store)),
-            Ok(Err(err)) if err.is_transient() => err,
-            Ok(Err(err)) => return Err(fail(exit::STORE_UNAVAILABLE, err)),
-            Err(_) => crate::store::StoreError::unavailable("the store could not be opened within --timeout"),
-        };
-        if left().is_some_and(|left| left.is_zero()) {
-            return Err(fail(exit::STORE_UNAVAILABLE, err));
-        }
-        if attempt == 0 {
-            tracing::warn!("cannot reach the store yet, retrying every second: {err}");
-        } else {
-            tracing::debug!("still cannot reach the store: {err}");
-        }
-        let pause = left().map_or(Duration::from_secs(1), |left| left.min(Duration::from_secs(1)));
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            Some(signal) = signals.recv() => return Err(exit::for_signal(signal as i32)),
-        }
-    }
-    unreachable!("the attempts never run out")
 }
 
 /// Turn the signals leaderrun relays into a channel for the elector.

@@ -26,6 +26,12 @@ pub const MAX_LONG: Duration = Duration::from_secs(31 * 24 * 3600);
 /// Default --min-hold in one-shot mode.
 pub const ONE_SHOT_MIN_HOLD: Duration = Duration::from_secs(10);
 
+/// How long a one-shot run without --timeout goes on retrying a store that fails transiently
+/// (a cluster electing a new leader: etcd takes 0.4–2.3 s, see README's per-store figures)
+/// before it exits 69. Short enough that a late host still meets the firing's holder in the
+/// store (see `Timing::one_shot_retry`), long enough for an election at the engines' defaults.
+pub const ONE_SHOT_RETRY: Duration = Duration::from_secs(5);
+
 /// Default --ttl, when the store allows it (a store may cap it: see `Requested::fit`).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 
@@ -197,6 +203,19 @@ impl Timing {
         (window / 2).max(Duration::from_millis(1))
     }
 
+    /// How long a one-shot run without --timeout retries transient store failures: 5 s, and
+    /// never more than half its --min-hold. A host whose retry gets through late then still
+    /// finds the lock kept by a host that ran the same firing at once (the keep lasts
+    /// --min-hold from that acquisition), with the other half left for cron firing a little
+    /// apart on the hosts. With --min-hold 0 there is no keep to stay within: 5 s.
+    pub fn one_shot_retry(&self) -> Duration {
+        if self.min_hold.is_zero() {
+            ONE_SHOT_RETRY
+        } else {
+            ONE_SHOT_RETRY.min(self.min_hold / 2)
+        }
+    }
+
     /// Pause before retrying a renewal that failed at once (one that timed out is retried
     /// at once: it has waited already).
     pub fn retry_every(&self) -> Duration {
@@ -335,5 +354,16 @@ mod tests {
         assert!(long_hold.timing().unwrap_err().0.contains("--min-hold"));
         assert!(validate_timeout(Some(s(1e8))).is_err());
         assert!(validate_timeout(Some(s(60.0))).is_ok());
+    }
+
+    #[test]
+    fn a_one_shot_retries_for_5s_and_within_half_its_keep() {
+        let one_shot = |min_hold: Option<f64>| {
+            Requested { min_hold: min_hold.map(s), waiting: false, ..asked(None, None, None) }.timing().unwrap()
+        };
+        assert_eq!(one_shot(None).one_shot_retry(), s(5.0), "the default keep (10 s) leaves the full 5 s");
+        assert_eq!(one_shot(Some(4.0)).one_shot_retry(), s(2.0));
+        assert_eq!(one_shot(Some(60.0)).one_shot_retry(), s(5.0));
+        assert_eq!(one_shot(Some(0.0)).one_shot_retry(), s(5.0), "no keep to stay within");
     }
 }

@@ -1,16 +1,21 @@
 //! The NATS store on a 3-server cluster with a bucket replicated three ways (`?replicas=3`),
 //! as users run it: a lost race is a lost race there too (a replicated stream refuses a stale
-//! compare-and-set with another error code than a single server does), and a run on a bucket
-//! just made waits until its stream has been placed.
+//! compare-and-set with another error code than a single server does), a run on a bucket
+//! just made waits until its stream has been placed, the conformance suite holds on the
+//! cluster, and with one server killed or frozen a holder keeps its lease and one-shot runs
+//! succeed (`cluster_nats_faults.rs`).
 
 mod conformance;
 mod servers;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use conformance::unique;
+use async_trait::async_trait;
+use conformance::{unique, Harness};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, Store};
+use servers::cluster::Cluster;
 use servers::nats_cluster::NatsCluster;
 
 async fn store(url: &str) -> Arc<dyn Store> {
@@ -70,4 +75,73 @@ async fn the_first_runs_on_a_new_replicated_bucket_wait_for_its_stream() {
             }
         }
     }
+}
+
+/// The cluster as the conformance suite sees it: every client on the URL of all three servers,
+/// a bucket replicated three ways; a restart is the SIGKILL of the bucket stream's leader and
+/// its start again, once another leads the stream.
+struct Replicated {
+    cluster: NatsCluster,
+    bucket: String,
+}
+
+#[async_trait]
+impl Harness for Replicated {
+    async fn open(&self) -> Arc<dyn Store> {
+        store(&format!("{}/{}?replicas=3", self.cluster.url(), self.bucket)).await
+    }
+
+    async fn restart(&self) {
+        tokio::task::block_in_place(|| {
+            let stream = format!("KV_{}", self.bucket);
+            let leader = self.cluster.wait_for_stream_leader(&stream, None, Duration::from_secs(30));
+            let leader = leader.expect("the bucket's stream has a leader");
+            self.cluster.kill(leader);
+            let next = self.cluster.wait_for_stream_leader(&stream, Some(leader), Duration::from_secs(60));
+            assert!(next.is_some(), "the stream elects another leader");
+            self.cluster.restart(leader);
+        })
+    }
+}
+
+/// The conformance suite, whole, on one cluster (one cluster for all, run one after another:
+/// a cluster per check would cost more than the checks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_conformance_suite_holds_on_a_replicated_bucket() {
+    let cluster = tokio::task::spawn_blocking(NatsCluster::start).await.unwrap();
+    let h = Replicated { cluster, bucket: unique("suite").replace('-', "_") };
+    conformance::exclusive_acquire_with_50_contenders(&h).await;
+    conformance::renew_by_the_holder_only(&h).await;
+    conformance::expiry_frees_the_lock(&h).await;
+    conformance::release_frees_the_lock_at_once(&h).await;
+    conformance::release_with_keep_holds_until_then(&h).await;
+    conformance::revoke_frees_a_min_hold_keep_at_once(&h).await;
+    conformance::abandon_frees_only_this_identitys_lease(&h).await;
+    conformance::tokens_strictly_increase(&h).await;
+    conformance::status_list_and_revoke_agree(&h).await;
+    conformance::revoked_holder_sees_it_at_the_next_renewal(&h).await;
+    conformance::awkward_lock_names(&h).await;
+    conformance::a_release_wakes_a_waiter(&h).await;
+    conformance::leases_survive_a_restart(&h).await;
+}
+
+/// Two renewals of one lease sent at once (the elector's hedged second renewal, each over its
+/// own connection): the one whose compare-and-set finds the other's write reads the entry,
+/// knows it for its own and renews it. Neither may report the lease lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_renewals_of_one_lease_at_once_both_renew() {
+    use leaderrun::store::Renew;
+    let cluster = tokio::task::spawn_blocking(NatsCluster::start).await.unwrap();
+    let url = format!("{}/{}?replicas=3", cluster.url(), unique("hedge").replace('-', "_"));
+    let holder = store(&url).await;
+    let lease = conformance::won(&*holder, "hedged", "a", conformance::TTL).await;
+    // Time for the second connection to open, so that the two go over different ones.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for round in 0..20 {
+        let (one, two) = tokio::join!(holder.renew(&lease, conformance::TTL), holder.renew(&lease, conformance::TTL));
+        assert_eq!((one.unwrap(), two.unwrap()), (Renew::Renewed, Renew::Renewed), "round {round}");
+    }
+    let other = store(&url).await;
+    let status = other.status("hedged").await.unwrap();
+    assert_eq!((status.holder.as_deref(), status.token), (Some("a"), lease.token));
 }

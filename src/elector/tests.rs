@@ -179,6 +179,11 @@ impl Setup {
     }
 }
 
+/// A one-shot run without --timeout that does not retry a failing store.
+fn once() -> Mode {
+    Mode::OneShot { until: None, retry_until: Duration::ZERO }
+}
+
 fn safe() -> Duration {
     timing(Duration::ZERO).safe_lease()
 }
@@ -187,7 +192,7 @@ fn safe() -> Duration {
 async fn one_shot_runs_then_keeps_the_lease_for_min_hold() {
     let mut s = setup();
     let mut child = s.recorder(Some(secs(3.0)), true);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, secs(60.0)).run(&mut child).await;
+    let outcome = s.elector("a", once(), secs(60.0)).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     assert_eq!(child.events()[0], Event::Start { at: Duration::ZERO, token: 1, deadline: safe() });
     // The lease stays taken until acquisition + min-hold, then lapses by itself.
@@ -199,7 +204,7 @@ async fn one_shot_conflict_runs_nothing() {
     let mut s = setup();
     s.store.steal(LOCK, "other", secs(10.0));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
     match outcome {
         Outcome::Conflict(Some(record)) => assert_eq!(record.holder.as_deref(), Some("other")),
         other => panic!("{other:?}"),
@@ -212,8 +217,75 @@ async fn one_shot_store_failure_is_reported_before_anything_runs() {
     let mut s = setup();
     s.store.set_acquire(Behaviour::Fail);
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
+    assert!(child.events().is_empty());
+}
+
+/// A store that fails for a while (a cluster electing a new leader): a one-shot run tries
+/// again until its retry bound and runs its child once the store answers.
+#[tokio::test(start_paused = true)]
+async fn one_shot_rides_out_a_store_that_fails_for_a_while() {
+    let mut s = setup();
+    s.store.set_acquire(Behaviour::Fail);
+    let store = s.store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(secs(2.2)).await;
+        store.set_acquire(Behaviour::Normal);
+    });
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let mode = Mode::OneShot { until: None, retry_until: secs(5.0) };
+    let outcome = s.elector("a", mode, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    // Tried at 0, then every retry interval (0.5 s with these timings), not backing off.
+    let started = child.started.expect("the child ran");
+    assert_eq!(started, secs(2.5));
+    let acquires = s.store.calls.lock().unwrap().iter().filter(|(_, op)| op.starts_with("acquire")).count();
+    assert_eq!(acquires, 6, "tries at 0, 0.5, 1, 1.5, 2 and 2.5 s");
+}
+
+/// A store that stays down: the one-shot run gives up at its retry bound, nothing ran.
+#[tokio::test(start_paused = true)]
+async fn one_shot_gives_up_on_a_store_still_down_at_its_retry_bound() {
+    let mut s = setup();
+    s.store.set_acquire(Behaviour::Fail);
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let mode = Mode::OneShot { until: None, retry_until: secs(5.0) };
+    let outcome = s.elector("a", mode, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
+    assert_eq!(s.clock.now(), secs(5.0), "gives up at the bound, not before nor after");
+    assert!(child.events().is_empty());
+}
+
+/// A refusal (bad credentials, missing permission) is not retried: it will not pass.
+#[tokio::test(start_paused = true)]
+async fn one_shot_does_not_retry_a_refusal() {
+    let mut s = setup();
+    s.store.set_acquire(Behaviour::Refuse);
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let mode = Mode::OneShot { until: None, retry_until: secs(5.0) };
+    let outcome = s.elector("a", mode, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::StoreFailed(ref e) if !e.is_transient()), "{outcome:?}");
+    assert_eq!(s.clock.now(), Duration::ZERO);
+}
+
+/// A one-shot run that meets a held lock after a failed try still ends at once: the retry
+/// is for a failing store, not a wait for the lock.
+#[tokio::test(start_paused = true)]
+async fn one_shot_retry_ends_at_a_held_lock() {
+    let mut s = setup();
+    s.store.set_acquire(Behaviour::Fail);
+    let store = s.store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(secs(0.7)).await;
+        store.set_acquire(Behaviour::Normal);
+        store.steal(LOCK, "other", secs(10.0));
+    });
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let mode = Mode::OneShot { until: None, retry_until: secs(5.0) };
+    let outcome = s.elector("a", mode, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{outcome:?}");
+    assert_eq!(s.clock.now(), secs(1.0));
     assert!(child.events().is_empty());
 }
 
@@ -407,7 +479,7 @@ async fn sigterm_is_relayed_then_escalated_and_the_lease_freed_at_once() {
         signals.send(Signal::SIGTERM).unwrap();
     });
     let mut child = s.recorder(None, false);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, secs(60.0)).run(&mut child).await;
+    let outcome = s.elector("a", once(), secs(60.0)).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Signal(9))), "{outcome:?}");
     assert_eq!(child.signals(), vec![(secs(3.0), Signal::SIGTERM)]);
     assert_eq!(child.kills(), vec![secs(4.0)]);
@@ -531,7 +603,7 @@ async fn an_acquire_that_times_out_runs_nothing() {
     // Answered long after the request timeout: the outcome is unknown, so nothing runs.
     s.store.set_acquire(Behaviour::Late(secs(9.5)));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert_eq!(s.clock.now(), timing(Duration::ZERO).request_timeout());
     assert!(child.events().is_empty());
@@ -546,7 +618,7 @@ async fn an_acquire_granted_but_answered_with_an_error_is_given_back() {
     // an error, which says nothing of whether the write landed.
     s.store.set_acquire(Behaviour::DoneThenFail);
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert!(child.events().is_empty());
     // Every other host's run of this firing must find the lock free, not held by a ghost.
@@ -577,7 +649,7 @@ async fn a_ghost_lease_under_a_chosen_identity_is_left_to_expire() {
     let mut s = setup();
     s.store.set_acquire(Behaviour::Late(secs(9.5)));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("chosen-by-user", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("chosen-by-user", once(), Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     // Another run may share a chosen identity: its lease must never be freed by this one.
     assert!(s.store.expiry(LOCK).is_some());
@@ -684,7 +756,7 @@ async fn a_one_shot_run_takes_a_dead_holders_record_after_one_observation() {
     let records = records();
     crashed_holder(&records);
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = client_timed_elector(&mut s, &records, Mode::OneShot { until: None }).run(&mut child).await;
+    let outcome = client_timed_elector(&mut s, &records, once()).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     match child.events()[0] {
         Event::Start { at, token, .. } => {
@@ -708,7 +780,7 @@ async fn a_one_shot_run_gives_up_at_the_first_sign_of_a_live_holder() {
         writer.put(LOCK, renewed);
     });
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = client_timed_elector(&mut s, &records, Mode::OneShot { until: None }).run(&mut child).await;
+    let outcome = client_timed_elector(&mut s, &records, once()).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{outcome:?}");
     assert!(child.events().is_empty());
     assert_eq!(s.clock.now(), secs(2.0), "it gave up when it saw the renewal, not later");
@@ -721,7 +793,9 @@ async fn a_one_shot_run_watches_no_longer_than_its_timeout() {
     crashed_holder(&records);
     let mut child = s.recorder(Some(secs(1.0)), true);
     let outcome =
-        client_timed_elector(&mut s, &records, Mode::OneShot { until: Some(secs(4.0)) }).run(&mut child).await;
+        client_timed_elector(&mut s, &records, Mode::OneShot { until: Some(secs(4.0)), retry_until: secs(4.0) })
+            .run(&mut child)
+            .await;
     assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{outcome:?}");
     assert!(child.events().is_empty());
     assert_eq!(s.clock.now(), secs(4.0));
@@ -742,7 +816,7 @@ async fn a_write_that_needs_confirming_starts_the_child_only_after_the_cool_down
     // The confirming renewal is applied at once but answered 0.5 s later.
     s.store.set_renew(Behaviour::Late(secs(0.5)));
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     let calls: Vec<String> = s.store.calls.lock().unwrap().iter().map(|(at, op)| format!("{at:?} {op}")).collect();
     assert_eq!(&calls[..2], ["0ns acquire a", "3s renew 1"], "confirmed by a renewal after the cool-down");
@@ -760,7 +834,7 @@ async fn a_confirmation_that_finds_the_lease_lost_runs_nothing() {
         store.steal(LOCK, "evictor", secs(100.0));
     });
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
     match outcome {
         Outcome::Conflict(Some(record)) => assert_eq!(record.holder.as_deref(), Some("evictor")),
         other => panic!("a lost campaign is a conflict, not a run: {other:?}"),
@@ -774,7 +848,7 @@ async fn a_confirmation_that_finds_the_lease_lost_runs_nothing() {
 /// second release could free it (revoking only asks a holder to stand down).
 #[tokio::test(start_paused = true)]
 async fn a_revoke_during_the_cool_down_gives_the_lease_back() {
-    for mode in [Mode::OneShot { until: None }, Mode::Wait { until: None }] {
+    for mode in [once(), Mode::Wait { until: None }] {
         let mut s = setup();
         s.store.set_confirm(Some(secs(3.0)));
         let store = s.store.clone();
@@ -816,7 +890,7 @@ async fn a_confirmation_that_fails_gives_the_lease_back() {
     s.store.set_confirm(Some(secs(3.0)));
     s.store.set_renew(Behaviour::Fail);
     let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::OneShot { until: None }, Duration::ZERO).run(&mut child).await;
+    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
     assert!(child.events().is_empty());
     assert_eq!(s.store.expiry(LOCK), None, "the unconfirmed lease was given back");

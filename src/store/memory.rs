@@ -29,8 +29,10 @@ struct Row {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {
     Normal,
-    /// Answer with an error.
+    /// Answer with an error that may pass on retry (a server down, a leader being elected).
     Fail,
+    /// Answer with an error that will not pass on retry (bad credentials, no permission).
+    Refuse,
     /// Never answer.
     Hang,
     /// Do the work at once but answer this much later.
@@ -123,6 +125,7 @@ impl MemoryStore {
         match behaviour {
             Behaviour::Normal => Ok(()),
             Behaviour::Fail => Err(StoreError::unavailable("injected failure")),
+            Behaviour::Refuse => Err(StoreError::refused("injected refusal")),
             Behaviour::Hang => std::future::pending().await,
             Behaviour::Late(_) | Behaviour::DoneThenFail => Ok(()),
         }

@@ -18,6 +18,7 @@ pub mod process;
 pub mod redis;
 pub mod tls;
 pub mod zookeeper;
+pub mod zookeeper_cluster;
 
 /// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
 pub fn free_port() -> u16 {

@@ -1,9 +1,13 @@
 //! A throw-away 3-server NATS cluster with JetStream on 127.0.0.1, as users run one: each
-//! server a `Nats` of its own (ports, directory, `sync_interval: always`), named and routed to
-//! the others, sharing one user and password. Stopped when dropped.
+//! server a `Nats` of its own (ports, directory, `sync_interval: always`), named `n0`, `n1`,
+//! `n2` and routed to the others, sharing one user and password. Stopped when dropped.
+//!
+//! Its `Cluster` leader is the JetStream meta leader (which places streams); a bucket's stream
+//! has a leader of its own, which takes its writes: `stream_leader` says which server.
 
 use std::time::{Duration, Instant};
 
+use super::cluster::Cluster;
 use super::nats::Nats;
 
 pub struct NatsCluster {
@@ -49,8 +53,7 @@ impl NatsCluster {
 
     /// `nats://leaderrun:PASSWORD@127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2`.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
-        format!("nats://{}:{}@{}", super::nats::USER, self.password, hosts.join(","))
+        self.url_from(0)
     }
 
     /// The URL of server `i` alone, as a client that knows only that one would connect.
@@ -58,9 +61,9 @@ impl NatsCluster {
         format!("nats://{}:{}@127.0.0.1:{}", super::nats::USER, self.password, self.nodes[i].port())
     }
 
-    /// The JetStream meta leader's name, as the first server that answers reports it.
+    /// The JetStream meta leader's name, as the first running server that answers reports it.
     pub fn meta_leader(&self) -> Option<String> {
-        self.nodes.iter().find_map(|node| {
+        self.nodes.iter().filter(|node| node.pid().is_some()).find_map(|node| {
             let body = node.monitor_get("/jsz")?;
             let json: serde_json::Value = serde_json::from_str(&body).ok()?;
             json["meta_cluster"]["leader"].as_str().filter(|l| !l.is_empty()).map(str::to_string)
@@ -73,5 +76,90 @@ impl NatsCluster {
             assert!(started.elapsed() < within, "the NATS cluster elected no JetStream meta leader within {within:?}");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The index of the server named `name` (`n0`, `n1`, `n2`).
+    fn index_of(&self, name: &str) -> Option<usize> {
+        name.strip_prefix('n').and_then(|i| i.parse().ok()).filter(|i| *i < self.nodes.len())
+    }
+
+    /// The server that leads the stream `stream` (a bucket's is `KV_<bucket>`) as the running
+    /// servers that host it report it: `None` while it has none, or none of them knows it.
+    /// A killed leader is not reported (its index has no process).
+    pub fn stream_leader(&self, stream: &str) -> Option<usize> {
+        let leader = self.nodes.iter().filter(|node| node.pid().is_some()).find_map(|node| {
+            let body = node.monitor_get("/jsz?accounts=true&streams=true")?;
+            let json: serde_json::Value = serde_json::from_str(&body).ok()?;
+            find_stream_leader(&json, stream)
+        })?;
+        self.index_of(&leader).filter(|i| self.nodes[*i].pid().is_some())
+    }
+
+    /// How many client connections named `name` server `i` has (`/connz`).
+    pub fn clients_named(&self, i: usize, name: &str) -> usize {
+        let Some(body) = self.nodes[i].monitor_get("/connz?limit=1000") else { return 0 };
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        json["connections"].as_array().map_or(0, |c| c.iter().filter(|c| c["name"] == name).count())
+    }
+
+    /// Wait until the stream `stream` has a leader other than `not`, at most `within`.
+    pub fn wait_for_stream_leader(&self, stream: &str, not: Option<usize>, within: Duration) -> Option<usize> {
+        let started = Instant::now();
+        loop {
+            match self.stream_leader(stream) {
+                Some(leader) if Some(leader) != not => return Some(leader),
+                _ if started.elapsed() >= within => return None,
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+/// In a `/jsz?accounts=true&streams=true` answer, the leader named for the stream `stream`.
+fn find_stream_leader(json: &serde_json::Value, stream: &str) -> Option<String> {
+    match json {
+        serde_json::Value::Object(map) => {
+            if map.get("name").and_then(|n| n.as_str()) == Some(stream) {
+                if let Some(leader) = map.get("cluster").and_then(|c| c["leader"].as_str()).filter(|l| !l.is_empty()) {
+                    return Some(leader.to_string());
+                }
+            }
+            map.values().find_map(|v| find_stream_leader(v, stream))
+        }
+        serde_json::Value::Array(items) => items.iter().find_map(|v| find_stream_leader(v, stream)),
+        _ => None,
+    }
+}
+
+impl Cluster for NatsCluster {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn url_from(&self, first: usize) -> String {
+        let n = self.nodes.len();
+        let hosts: Vec<String> = (0..n).map(|k| format!("127.0.0.1:{}", self.nodes[(first + k) % n].port())).collect();
+        format!("nats://{}:{}@{}", super::nats::USER, self.password, hosts.join(","))
+    }
+
+    /// The JetStream meta leader (`Cluster::leader`); see `stream_leader` for a bucket's.
+    fn leader(&self) -> Option<usize> {
+        self.meta_leader().and_then(|name| self.index_of(&name)).filter(|i| self.nodes[*i].pid().is_some())
+    }
+
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].pid()
+    }
+
+    fn kill(&self, i: usize) {
+        if let Some(pid) = self.nodes[i].pid() {
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        self.nodes[i].stop(); // reaps it
+    }
+
+    fn restart(&self, i: usize) {
+        self.nodes[i].start_again();
     }
 }

@@ -112,12 +112,7 @@ impl ZooKeeper {
 
     /// Send a four-letter command (`ruok` or `srvr`) and return the answer.
     pub fn four_letters(&self, command: &str) -> std::io::Result<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port()))?;
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        stream.write_all(command.as_bytes())?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer)?;
-        Ok(answer)
+        four_letters_at(self.port(), command)
     }
 
     fn try_start(&self) -> Result<(), String> {
@@ -131,8 +126,7 @@ impl ZooKeeper {
         if let Some(max) = self.max_session_timeout_ms {
             config.push_str(&format!("maxSessionTimeout={max}\n"));
         }
-        let mut classpath =
-            "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar".to_string();
+        let mut classpath = CLASSPATH.to_string();
         if let Some((certs, tls_port)) = &self.tls {
             // The key and its certificate in one PEM file: ZooKeeper's PEM key store.
             let key_store = dir.join("server-key-store.pem");
@@ -155,32 +149,7 @@ impl ZooKeeper {
             classpath.push_str(":/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar");
         }
         std::fs::write(dir.join("zoo.cfg"), config).map_err(|e| format!("cannot write zoo.cfg: {e}"))?;
-        let log4j = "log4j.rootLogger=WARN, CONSOLE\nlog4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n\
-                     log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout\n\
-                     log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n\n";
-        std::fs::write(dir.join("log4j.properties"), log4j)
-            .map_err(|e| format!("cannot write log4j.properties: {e}"))?;
-        let log = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(dir.join("log"))
-            .map_err(|e| format!("cannot create the log: {e}"))?;
-        let mut child = Command::new("java")
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
-            // The jar's manifest names its dependencies; log4j for a readable log.
-            .args(["-cp", &classpath])
-            .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
-            .arg(format!("-Dlog4j.configuration=file:{}", dir.join("log4j.properties").display()))
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(dir.join("zoo.cfg"))
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot run java (apt-get install -y zookeeper): {e}"))?;
+        let mut child = spawn_java(dir, &classpath)?;
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -201,13 +170,65 @@ impl ZooKeeper {
     }
 
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+        log_tail_of(self.dir.path())
+    }
+}
+
+/// The last lines of the log in `dir`, without stack traces.
+pub fn log_tail_of(dir: &Path) -> String {
+    {
+        let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
         // Not the stack traces, nor the noise of clients that went away.
         let noise =
             |l: &&str| l.starts_with('\t') || l.contains("EndOfStreamException") || l.contains("Unexpected exception");
         let tail: Vec<&str> = log.lines().filter(|l| !noise(l)).rev().take(12).collect();
         format!("{tail:#?}")
     }
+}
+
+/// Send a four-letter command (`ruok`, `srvr`, `cons`) to the server on `port` and return the
+/// answer.
+pub fn four_letters_at(port: u16, command: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(command.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// The class path of Debian's package: the jar, and one SLF4J binding (the whole of
+/// /usr/share/java has several, and then logs nothing).
+pub const CLASSPATH: &str =
+    "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar";
+
+/// Start `java` on `dir/zoo.cfg` (written by the caller), logging WARN and above to `dir/log`.
+pub fn spawn_java(dir: &Path, classpath: &str) -> Result<std::process::Child, String> {
+    let log4j = "log4j.rootLogger=WARN, CONSOLE\nlog4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n\
+                     log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout\n\
+                     log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n\n";
+    std::fs::write(dir.join("log4j.properties"), log4j).map_err(|e| format!("cannot write log4j.properties: {e}"))?;
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(dir.join("log"))
+        .map_err(|e| format!("cannot create the log: {e}"))?;
+    Command::new("java")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
+        // The jar's manifest names its dependencies; log4j for a readable log.
+        .args(["-cp", classpath])
+        .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
+        .arg(format!("-Dlog4j.configuration=file:{}", dir.join("log4j.properties").display()))
+        .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+        .arg(dir.join("zoo.cfg"))
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot run java (apt-get install -y zookeeper): {e}"))
 }
 
 impl Drop for ZooKeeper {

@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishError, context::PublishErrorKind, publish::PublishAck};
 use async_nats::HeaderMap;
-use tokio::time::{error::Elapsed, timeout};
 
-use super::{NatsStore, REQUEST_TIMEOUT};
+use super::{describe, NatsStore};
 use crate::store::{Result, StoreError};
 
 /// Longest a run waits for a replicated bucket's stream to get its leader (a new stream's
@@ -19,6 +18,13 @@ const PLACEMENT_WAIT: Duration = Duration::from_secs(10);
 const WRONG_LAST_SEQUENCE_REPLICATED: u64 = 10164;
 
 /// Whether a refused publish lost the compare-and-set: someone else wrote the key first.
+/// Whether a refused publish may pass if sent again: no stream leader took it (an election,
+/// or a stream just made that the servers do not know yet), or no answer came.
+fn passes(e: &PublishError) -> bool {
+    matches!(e.kind(), PublishErrorKind::StreamNotFound | PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe)
+        || super::connections::passes(&describe(e))
+}
+
 pub(super) fn lost_race(e: &PublishError) -> bool {
     use std::error::Error as _;
     let code = e.source().and_then(|s| s.downcast_ref::<jetstream::Error>()).map(|j| j.error_code().0);
@@ -26,36 +32,28 @@ pub(super) fn lost_race(e: &PublishError) -> bool {
 }
 
 impl NatsStore {
-    /// One publish, answered or not within the request bound; sent again while a bucket just
-    /// made is not yet served ("no stream found": nobody took it, so nothing was written).
+    /// One publish over either link (see `connections.rs`): sent again while no stream leader
+    /// takes it (a bucket just made, or an election: "no stream found", nothing was written)
+    /// or while it goes unanswered, until the request bound. `Err(None)`: never answered;
+    /// `Err(Some(why))`: the last refusal, one that passes.
     pub(super) async fn send(
         &self,
         op: &'static str,
         subject: String,
         headers: HeaderMap,
         payload: &str,
-    ) -> std::result::Result<std::result::Result<PublishAck, PublishError>, Elapsed> {
-        loop {
-            tracing::trace!(op, "store request");
+    ) -> std::result::Result<std::result::Result<PublishAck, PublishError>, Option<String>> {
+        self.over_links(op, |js| {
             let (subject, headers, payload) = (subject.clone(), headers.clone(), payload.to_string().into());
-            let sent = timeout(REQUEST_TIMEOUT, async {
-                self.js.publish_with_headers(subject, headers, payload).await?.await
-            });
-            match sent.await {
-                Ok(Err(e)) if e.kind() == PublishErrorKind::StreamNotFound && self.placing() => {
-                    tracing::debug!(op, "the bucket's stream does not answer yet; sending again");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+            async move {
+                let sent = async { js.publish_with_headers(subject, headers, payload).await?.await };
+                match sent.await {
+                    Err(e) if !lost_race(&e) && passes(&e) => Err(describe(&e)),
+                    answer => Ok(answer),
                 }
-                sent => return sent,
             }
-        }
-    }
-
-    /// Whether the bucket was opened so recently that its stream may not take messages yet:
-    /// in a cluster, the servers learn who serves a new stream's subjects a moment after it
-    /// was made (until then a publish finds "no stream"), whatever its replicas.
-    fn placing(&self) -> bool {
-        self.bucket.get().is_some_and(|b| b.opened.elapsed() < PLACEMENT_WAIT)
+        })
+        .await
     }
 
     /// `stream` once the cluster has placed it: a stream replicated to several servers

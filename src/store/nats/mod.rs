@@ -109,7 +109,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::{self, kv, stream::Stream};
-use async_nats::{ConnectOptions, HeaderMap};
+use async_nats::HeaderMap;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::timeout;
@@ -118,13 +118,15 @@ use super::url::Access;
 use super::{Acquire, Campaigner, Lease, LockRecord, Renew, Result, Store, StoreError};
 use choria::Choria;
 use cluster::lost_race;
+use entry::{mine, Entry};
 use keys::{key_of, lock_of};
-use target::Auth;
 pub use target::Target;
 use wait::Watching;
 
 mod choria;
 mod cluster;
+mod connections;
+mod entry;
 mod keys;
 mod target;
 mod turn;
@@ -136,15 +138,23 @@ pub const DEFAULT_BUCKET: &str = "leaderrun";
 const CHORIA_BUCKET: &str = "CHORIA_LEADER_ELECTION";
 /// Port when a host has none.
 const DEFAULT_PORT: u16 = 4222;
-/// Time to open a connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on every request (the elector bounds its calls too, usually tighter).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How often the client pings the server (three unanswered pings close the connection).
-const PING_INTERVAL: Duration = Duration::from_secs(3);
 /// Guarded writes retried this often when the key changes under them before giving up.
 const MAX_RACES: usize = 20;
+
+/// Before the `race`th try of a guarded write (none before the first): 5 ms, doubling up to
+/// 160 ms, 2.5 s over all the tries. A replicated stream refuses a write to a key while
+/// another write to it is still being replicated, and a read meanwhile still shows the
+/// message before it: tried again at once, a write could lose all its tries within the few
+/// hundred milliseconds one write takes on a loaded cluster (two renewals of one lease at
+/// once, or a copy sent again, did).
+async fn after_race(race: usize) {
+    if race > 0 {
+        tokio::time::sleep(Duration::from_millis(5 << (race - 1).min(5))).await;
+    }
+}
 /// How long an expiry marker stays in buckets leaderrun creates (long enough for any
 /// watcher to see it; the next acquisition replaces it anyway).
 const MARKER_TTL: Duration = Duration::from_secs(3600);
@@ -193,54 +203,6 @@ fn describe(err: &dyn std::error::Error) -> String {
     text.replace('\n', " ")
 }
 
-/// The key's last message, as far as leaderrun cares.
-#[derive(Debug, Clone)]
-struct Entry {
-    /// Its stream sequence (the KV revision).
-    seq: u64,
-    /// A delete, purge or expiry marker: the lock is free.
-    gone: bool,
-    holder: String,
-    /// `Leaderrun-Token`, else the revision (an acquisition, or an entry Choria wrote).
-    token: u64,
-    /// `Leaderrun-Token` was there (a delete marker without it tells nothing).
-    has_token: bool,
-    acquired_ms: Option<u64>,
-    revoked: bool,
-    /// Left by a release with --min-hold (`Leaderrun-Kept`).
-    kept: bool,
-    /// `Leaderrun-Kept-Ms`: the keep ends that long after `written`.
-    kept_ms: Option<u64>,
-    /// `Nats-TTL`, in seconds.
-    ttl_secs: Option<u64>,
-    /// The server's timestamp of the message.
-    written: SystemTime,
-}
-
-impl Entry {
-    fn from_message(message: &jetstream::message::StreamMessage) -> Self {
-        let headers = &message.headers;
-        let get = |name: &str| headers.get(name).map(|v| v.as_str().trim().to_string());
-        let op = get(KV_OPERATION);
-        let gone = matches!(op.as_deref(), Some("DEL" | "PURGE")) || get(MARKER_REASON).is_some();
-        let header_token = get(TOKEN).and_then(|t| t.parse::<u64>().ok());
-        let nanos = message.time.unix_timestamp_nanos().max(0) as u64;
-        Entry {
-            seq: message.sequence,
-            gone,
-            holder: String::from_utf8_lossy(&message.payload).into_owned(),
-            token: header_token.unwrap_or(message.sequence),
-            has_token: header_token.is_some(),
-            acquired_ms: get(ACQUIRED).and_then(|t| t.parse().ok()),
-            revoked: get(REVOKED).is_some_and(|v| v == "1"),
-            kept: get(KEPT).is_some_and(|v| v == "1"),
-            kept_ms: get(KEPT_MS).and_then(|t| t.parse().ok()),
-            ttl_secs: get(TTL).and_then(|t| t.parse().ok()),
-            written: UNIX_EPOCH + Duration::from_nanos(nanos),
-        }
-    }
-}
-
 /// A message this client wrote for a lease.
 #[derive(Debug, Clone, Copy)]
 struct Written {
@@ -263,8 +225,6 @@ struct Bucket {
     max_age: Duration,
     /// Without per-message TTL: Choria's campaign in it, or why Choria refuses the bucket.
     choria: Option<std::result::Result<Choria, String>>,
-    /// When this run found (or made) it: a stream just made may not take messages yet.
-    opened: tokio::time::Instant,
 }
 
 impl Bucket {
@@ -283,7 +243,9 @@ impl Bucket {
 }
 
 pub struct NatsStore {
-    js: jetstream::Context,
+    /// The connections to the servers; `links.first.js` for what needs one connection only
+    /// (the bucket's lookup, a watch, a list).
+    links: connections::Links,
     bucket_name: String,
     replicas: usize,
     access: Access,
@@ -305,76 +267,9 @@ impl NatsStore {
     /// With `Access::Create` a missing bucket is created.
     pub async fn open(target: &Target, access: Access) -> Result<Self> {
         let shown = target.shown.clone();
-        let mut options = ConnectOptions::new()
-            .name("leaderrun")
-            .connection_timeout(CONNECT_TIMEOUT)
-            .request_timeout(Some(REQUEST_TIMEOUT))
-            // A connection that stopped answering (a host gone, a silent network) is dropped and
-            // dialled again after a few unanswered pings, not after the default minutes.
-            .ping_interval(PING_INTERVAL)
-            // The first attempt at once (async-nats counts from 1, and a delay there would be
-            // added to every run's start), then 100 ms more per failed attempt, at most 2 s.
-            .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.saturating_sub(1).min(20) as u64))
-            // The server refuses a subscription it does not permit by an error of its own,
-            // after the fact; the waiter goes on without the queue group (see `wait.rs`).
-            .event_callback(|event| async move {
-                if let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = event {
-                    if text.to_ascii_lowercase().contains("permissions violation for subscription") {
-                        tracing::warn!("waiting without the queue group (each release costs a stagger): {text}");
-                    }
-                }
-            });
-        match &target.auth {
-            Auth::None => {}
-            Auth::User(user, pass) => options = options.user_and_password(user.clone(), pass.clone()),
-            Auth::Token(token) => options = options.token(token.clone()),
-        }
-        if let Some(creds) = &target.creds {
-            options = options.credentials_file(creds).await.map_err(|e| {
-                StoreError::refused(format!("nats store {shown}: cannot read {}: {e}", creds.display()))
-            })?;
-        }
-        if target.tls {
-            options = options.require_tls(true);
-        }
-        if let Some(ca) = &target.tls_ca {
-            options = options.add_root_certificates(ca.clone());
-        }
-        if let (Some(cert), Some(key)) = (&target.tls_cert, &target.tls_key) {
-            options = options.add_client_certificate(cert.clone(), key.clone());
-        }
-        tracing::trace!(op = "connect", "store request");
-        // async-nats logs a failed login at ERROR level itself; logging.rs keeps other crates' events
-        // out below -vvv, and this store's error says it in one line.
-        let connect = options.connect(target.servers.clone());
-        let client = match timeout(REQUEST_TIMEOUT, connect).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                use async_nats::ConnectErrorKind as K;
-                let why = describe(&e);
-                let message = format!("nats store {shown}: {why}");
-                // A TLS failure (an untrusted certificate, TLS against a plain server) comes as
-                // an I/O error, but retrying will not fix it.
-                let tls = ["certificate", "corrupt message", "tls"].iter().any(|w| why.to_lowercase().contains(w));
-                return Err(match e.kind() {
-                    K::Io if tls => StoreError::refused(message),
-                    K::Io | K::TimedOut | K::Dns | K::MaxReconnects => StoreError::unavailable(message),
-                    K::ServerParse | K::Authentication | K::AuthorizationViolation | K::Tls => {
-                        StoreError::refused(message)
-                    }
-                });
-            }
-            Err(_) => {
-                return Err(StoreError::unavailable(format!(
-                    "nats store {shown}: no answer within {}s",
-                    REQUEST_TIMEOUT.as_secs()
-                )))
-            }
-        };
-        let mut js = jetstream::new(client);
-        js.set_timeout(REQUEST_TIMEOUT);
+        let links = connections::connect_first(target).await?;
         let store = Self {
-            js,
+            links,
             bucket_name: target.bucket.clone(),
             replicas: target.replicas,
             access,
@@ -389,7 +284,15 @@ impl NatsStore {
             }
             return Err(e);
         }
+        if access == Access::Create {
+            // A run: its renewals may need another server (see `connections.rs`).
+            store.links.open_second(target);
+        }
         Ok(store)
+    }
+
+    fn js(&self) -> &jetstream::Context {
+        &self.links.first.js
     }
 
     fn error(&self, text: String) -> StoreError {
@@ -426,8 +329,17 @@ impl NatsStore {
             return Ok(Some(bucket));
         }
         let stream_name = format!("KV_{}", self.bucket_name);
-        tracing::trace!(op = "bucket", "store request");
-        let stream = match timeout(REQUEST_TIMEOUT, self.js.get_stream(&stream_name)).await {
+        // Over either link, sent again while the stream's leader is being elected.
+        let found = self.over_links("bucket", |js| {
+            let name = stream_name.clone();
+            async move {
+                match js.get_stream(&name).await {
+                    Err(e) if connections::passes(&describe(&e)) => Err(describe(&e)),
+                    answer => Ok(answer),
+                }
+            }
+        });
+        let stream = match found.await {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => {
                 use async_nats::jetstream::context::GetStreamErrorKind as K;
@@ -456,9 +368,10 @@ impl NatsStore {
                     limit_markers: Some(MARKER_TTL),
                     ..Default::default()
                 };
-                self.call("create-bucket", self.js.create_key_value(config)).await?.stream
+                self.call("create-bucket", self.js().create_key_value(config)).await?.stream
             }
-            Err(_) => return Err(self.no_answer()),
+            Err(Some(why)) => return Err(self.error(why)),
+            Err(None) => return Err(self.no_answer()),
         };
         let stream = self.placed(stream).await?;
         let info = stream.cached_info().config.clone();
@@ -472,9 +385,7 @@ impl NatsStore {
         };
         let choria = (!info.allow_message_ttl && !info.max_age.is_zero()).then(|| Choria::for_max_age(info.max_age));
         let markers = info.subject_delete_marker_ttl.is_some_and(|ttl| !ttl.is_zero());
-        let opened = tokio::time::Instant::now();
-        let bucket =
-            Bucket { stream, kv, allow_ttl: info.allow_message_ttl, markers, max_age: info.max_age, choria, opened };
+        let bucket = Bucket { stream, kv, allow_ttl: info.allow_message_ttl, markers, max_age: info.max_age, choria };
         Ok(Some(self.bucket.get_or_init(|| async { bucket }).await))
     }
 
@@ -492,6 +403,15 @@ impl NatsStore {
             Some(last) => written.insert(lease_key(lease), last),
             None => written.remove(&lease_key(lease)),
         };
+    }
+
+    /// Forget the last message written for a lease if it is still `seq`: a renewal that ran
+    /// beside this one may have written a newer one meanwhile.
+    fn forget(&self, lease: &Lease, seq: u64) {
+        let mut written = self.written.lock().unwrap();
+        if written.get(&lease_key(lease)).is_some_and(|w| w.seq == seq) {
+            written.remove(&lease_key(lease));
+        }
     }
 
     /// Refuse, before anything is written, a bucket that cannot hold leases (no expiry at all,
@@ -534,16 +454,27 @@ impl NatsStore {
         format!("$KV.{}.{}", self.bucket_name, key_of(lock))
     }
 
-    /// The key's last message (from the stream leader); `None` if it has none.
-    async fn read(&self, bucket: &Bucket, lock: &str) -> Result<Option<Entry>> {
+    /// The key's last message (from the stream leader); `None` if it has none. Over either
+    /// link, sent again while the stream has no leader (see `connections.rs`).
+    async fn read(&self, _bucket: &Bucket, lock: &str) -> Result<Option<Entry>> {
         use async_nats::jetstream::stream::LastRawMessageErrorKind as K;
-        let subject = self.subject(lock);
-        tracing::trace!(op = "get", "store request");
-        match timeout(REQUEST_TIMEOUT, bucket.stream.get_last_raw_message_by_subject(&subject)).await {
-            Ok(Ok(message)) => Ok(Some(Entry::from_message(&message))),
-            Ok(Err(e)) if e.kind() == K::NoMessageFound => Ok(None),
-            Ok(Err(e)) => Err(self.error(describe(&e))),
-            Err(_) => Err(self.no_answer()),
+        let (subject, stream) = (self.subject(lock), format!("KV_{}", self.bucket_name));
+        let read = self.over_links("get", |js| {
+            let (subject, stream) = (subject.clone(), stream.clone());
+            async move {
+                let stream = js.get_stream_no_info(stream).await.map_err(|e| describe(&e))?;
+                match stream.get_last_raw_message_by_subject(&subject).await {
+                    Ok(message) => Ok(Ok(Some(Entry::from_message(&message)))),
+                    Err(e) if e.kind() == K::NoMessageFound => Ok(Ok(None)),
+                    Err(e) if connections::passes(&describe(&e)) => Err(describe(&e)),
+                    Err(e) => Ok(Err(describe(&e))),
+                }
+            }
+        });
+        match read.await {
+            Ok(Ok(entry)) => Ok(entry),
+            Ok(Err(why)) | Err(Some(why)) => Err(self.error(why)),
+            Err(None) => Err(self.no_answer()),
         }
     }
 
@@ -559,12 +490,12 @@ impl NatsStore {
     ) -> Result<Option<u64>> {
         headers.insert(EXPECTED, expected.to_string());
         let subject = self.subject(lock);
-        let sent = self.send(op, subject, headers, payload).await;
-        match sent {
+        match self.send(op, subject, headers, payload).await {
             Ok(Ok(ack)) => Ok(Some(ack.sequence)),
             Ok(Err(e)) if lost_race(&e) => Ok(None),
             Ok(Err(e)) => Err(self.error(describe(&e))),
-            Err(_) => Err(self.no_answer()),
+            Err(Some(why)) => Err(self.error(why)),
+            Err(None) => Err(self.no_answer()),
         }
     }
 
@@ -587,6 +518,18 @@ impl NatsStore {
         headers.insert(KV_OPERATION, "DEL");
         headers.insert(TOKEN, token.to_string());
         headers
+    }
+
+    /// The lease just won: remembered for its renewals; no more waiting.
+    fn won(&self, bucket: &Bucket, lease: Lease, written: Written) -> Acquire {
+        self.remember(&lease, Some(written));
+        // A holder waits for nothing: its watch would only bring its own renewals.
+        self.stop_watching();
+        match bucket.choria() {
+            // As a Choria campaigner wins: trusted only after the cool-down and an update.
+            Some(choria) => Acquire::Confirm { lease, after: choria.cool_down() },
+            None => Acquire::Won(lease),
+        }
     }
 
     fn record(&self, bucket: &Bucket, lock: &str, entry: Option<&Entry>) -> LockRecord {
@@ -669,12 +612,24 @@ impl Store for NatsStore {
         // without a read. If someone else wrote since, the publish is refused: a lost race,
         // and the read below says who holds it.
         let mut woke = self.take_wake(lock);
-        for _ in 0..MAX_RACES {
+        // The acquired times of the entries sent: one sent again (see `connections.rs`) may
+        // find its earlier copy landed, and must know it for its own.
+        let mut sent = Vec::new();
+        for race in 0..MAX_RACES {
+            after_race(race).await;
             let expected = match woke.take() {
                 Some(marker) => marker,
                 None => match self.read(bucket, lock).await? {
                     None => 0,
                     Some(e) if e.gone || bucket.keep_ended(&e) => e.seq,
+                    Some(e) if mine(&e, identity, &sent) => {
+                        let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token: e.seq };
+                        return Ok(self.won(
+                            bucket,
+                            lease,
+                            Written { seq: e.seq, acquired_ms: e.acquired_ms.unwrap_or(0) },
+                        ));
+                    }
                     Some(e) => {
                         self.note_held(lock, e.seq);
                         return Ok(Acquire::Held(self.record(bucket, lock, Some(&e))));
@@ -684,16 +639,10 @@ impl Store for NatsStore {
             // The token is this message's own sequence: no token header on the first write.
             let acquired_ms = now_ms();
             let headers = Self::lease_headers(bucket, None, acquired_ms, Some(ttl));
+            sent.push(acquired_ms);
             if let Some(token) = self.publish("acquire", lock, expected, headers, identity).await? {
                 let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
-                self.remember(&lease, Some(Written { seq: token, acquired_ms }));
-                // A holder waits for nothing: its watch would only bring its own renewals.
-                self.stop_watching();
-                return Ok(match bucket.choria() {
-                    // As a Choria campaigner wins: trusted only after the cool-down and an update.
-                    Some(choria) => Acquire::Confirm { lease, after: choria.cool_down() },
-                    None => Acquire::Won(lease),
-                });
+                return Ok(self.won(bucket, lease, Written { seq: token, acquired_ms }));
             }
         }
         Err(StoreError::unavailable(format!("nats store {}: lock {lock:?} kept changing during acquire", self.shown)))
@@ -709,9 +658,14 @@ impl Store for NatsStore {
                 self.remember(lease, Some(Written { seq, ..last }));
                 return Ok(Renew::Renewed);
             }
-            self.remember(lease, None);
+            // Refused: the record changed. Perhaps by a renewal of this lease sent beside this
+            // one (the elector's hedge) or an earlier copy of this one (`connections.rs`): the
+            // read below finds the lease's own entry then, and renews it; anything else is
+            // judged there, and never renewed.
+            self.forget(lease, last.seq);
         }
-        for _ in 0..MAX_RACES {
+        for race in 0..MAX_RACES {
+            after_race(race).await;
             let Some(entry) = self.read(bucket, &lease.lock).await? else {
                 return Ok(Renew::Lost(None));
             };
@@ -745,7 +699,8 @@ impl Store for NatsStore {
                 return Ok(());
             }
         }
-        for _ in 0..MAX_RACES {
+        for race in 0..MAX_RACES {
+            after_race(race).await;
             let Some(entry) = self.read(bucket, &lease.lock).await? else {
                 return Ok(());
             };
@@ -799,7 +754,8 @@ impl Store for NatsStore {
         let Some(bucket) = self.bucket().await? else {
             return Ok(None);
         };
-        for _ in 0..MAX_RACES {
+        for race in 0..MAX_RACES {
+            after_race(race).await;
             let Some(entry) = self.read(bucket, lock).await? else {
                 return Ok(None);
             };

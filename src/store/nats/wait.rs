@@ -177,7 +177,7 @@ impl NatsStore {
     /// before the read that follows, on the same connection, so the server has it first.
     async fn join_queue(&self, lock: &str) -> Option<async_nats::Subscriber> {
         tracing::trace!(op = "queue-subscribe", "store request");
-        let client = self.js.client();
+        let client = self.js().client();
         let join = client.queue_subscribe(self.subject(lock), QUEUE_GROUP.to_string());
         match tokio::time::timeout(REQUEST_TIMEOUT, join).await {
             Ok(Ok(queue)) => Some(queue),

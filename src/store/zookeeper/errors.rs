@@ -53,3 +53,30 @@ impl ZooKeeperStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While the ensemble elects a leader, or a session moves to another server, requests fail
+    /// with these: each passes once a leader serves (a one-shot run retries, a holder renews).
+    #[test]
+    fn what_an_election_or_a_move_answers_is_transient() {
+        let election = [
+            ZkError::ConnectionLoss,
+            ZkError::SessionMoved,
+            ZkError::NotReadOnly,
+            ZkError::NoHosts,
+            ZkError::Timeout,
+            ZkError::Throttled,
+            ZkError::SessionExpired,
+            ZkError::UnexpectedError("no response from connection in 2075ms".into()),
+        ];
+        for err in election {
+            assert!(transient(&err), "{err:?}");
+        }
+        for err in [ZkError::NoAuth, ZkError::AuthFailed, ZkError::InvalidAcl] {
+            assert!(!transient(&err), "{err:?}");
+        }
+    }
+}

@@ -71,9 +71,9 @@
 //!   replaces the ephemeral child with a persistent one at the same path, data `{...,
 //!   keep_until_ms}`: it outlives the session, and an acquirer that finds it lowest and past
 //!   `keep_until_ms` on ITS wall clock deletes it (guarded by version) and tries again.
-//! - revoke: set `revoked` in the holder's child, guarded by version: nothing is freed. A --min-hold
-//!   child (persistent: its child has exited, no session holds it) is deleted instead, which frees
-//!   the lock at once.
+//! - revoke: `sync` (the lease may have been taken through another server), then set `revoked` in
+//!   the holder's child, guarded by version: nothing is freed. A --min-hold child (persistent: its
+//!   child has exited, no session holds it) is deleted instead, which frees the lock at once.
 //! - abandon (after an acquire whose answer never came): delete every child of the lock that
 //!   carries this run's identity, the holder's or one waiting behind it.
 //! - changed: the first wait joins the lock's queue (a create on the reads session, a list of the
@@ -131,10 +131,11 @@
 //! from `url::redact`.
 //!
 //! Files: `target.rs` the URL and TLS, `names.rs` lock names as node names, `sessions.rs` the
-//! sessions, `nodes.rs` reading and taking a lock's nodes, `queue.rs` the waiters' queue and
-//! their watches, `errors.rs` ZooKeeper's errors in one line; the `Store` calls are here.
+//! sessions, `failover.rs` how a session leaves a dead or frozen server, `nodes.rs` reading and
+//! taking a lock's nodes, `queue.rs` the waiters' queue and their watches, `errors.rs` ZooKeeper's errors in one line; the `Store` calls are here.
 
 mod errors;
+mod failover;
 mod names;
 mod nodes;
 mod queue;
@@ -499,20 +500,14 @@ impl Store for ZooKeeperStore {
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
         let zk = self.read_session().await?;
-        match request("sync", &zk, |c| c.sync(&self.root)).await {
-            Ok(()) | Err(ZkError::NoNode) => {}
-            Err(e) => return Err(self.error("sync", &e)),
-        }
+        self.sync_root(&zk).await?;
         let lookup = self.lookup("status", &zk, lock).await?;
         Ok(Self::lookup_record(lock, &lookup))
     }
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
         let zk = self.read_session().await?;
-        match request("sync", &zk, |c| c.sync(&self.root)).await {
-            Ok(()) | Err(ZkError::NoNode) => {}
-            Err(e) => return Err(self.error("sync", &e)),
-        }
+        self.sync_root(&zk).await?;
         let root = self.root.clone();
         let names = match request("list", &zk, |c| c.list_children(&root)).await {
             Ok(names) => names,
@@ -531,6 +526,8 @@ impl Store for ZooKeeperStore {
 
     async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
         let zk = self.read_session().await?;
+        // The lease may have been taken through another server: see every write committed before.
+        self.sync_root(&zk).await?;
         for _ in 0..MAX_RACES {
             let Lookup::Lowest { seq, value, stat } = self.lookup("get", &zk, lock).await? else {
                 return Ok(None);

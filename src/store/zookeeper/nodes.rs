@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, Stat};
 
+use super::failover::read_moving;
 use super::names::{encode, sequence, LEASE_PREFIX};
 use super::sessions::{request, Zk};
 use super::ZooKeeperStore;
@@ -374,17 +375,29 @@ impl ZooKeeperStore {
     }
 
     /// Read a child after a `sync`, so that a lagging server has seen every committed write.
+    /// `sync` on the root: the reads after it see every write committed before it, through
+    /// whichever server committed it.
+    pub(super) async fn sync_root(&self, zk: &Zk) -> Result<()> {
+        match request("sync", zk, |c| c.sync(&self.root)).await {
+            Ok(()) | Err(ZkError::NoNode) => Ok(()),
+            Err(e) => Err(self.error("sync", &e)),
+        }
+    }
+
     pub(super) async fn sync_read(
         &self,
         op: &'static str,
         zk: &Zk,
         path: &str,
     ) -> std::result::Result<Option<(Value, Stat)>, ZkError> {
-        match request("sync", zk, |c| c.sync(path)).await {
+        // Both may be sent again on the session moved to another server (`read_moving`): the
+        // read after a move sees no less than the sync, as a server that is behind what the
+        // client saw last refuses its session.
+        match read_moving("sync", zk, |c| c.sync(path)).await {
             Ok(()) | Err(ZkError::NoNode) => {}
             Err(e) => return Err(e),
         }
-        match request(op, zk, |c| c.get_data(path)).await {
+        match read_moving(op, zk, |c| c.get_data(path)).await {
             Ok((data, stat)) => Ok(serde_json::from_slice::<Value>(&data).ok().map(|v| (v, stat))),
             Err(ZkError::NoNode) => Ok(None),
             Err(e) => Err(e),

@@ -6,9 +6,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::time::{timeout, Instant};
+use tokio::time::{timeout, timeout_at, Instant};
 use zookeeper_client::{Client, Connector, Error as ZkError, SessionState};
 
+use super::failover::{connection_timeout, until_connected};
 use super::nodes::Value;
 use super::timeouts::READS_SESSION;
 use super::ZooKeeperStore;
@@ -116,8 +117,9 @@ pub(super) async fn reconnected(zk: &Zk) {
     .await;
 }
 
-/// One request on a session, bounded by REQUEST_TIMEOUT. A session that is not connected fails
-/// at once (its requests would wait for the reconnection).
+/// One request on a session, bounded by REQUEST_TIMEOUT. A session that is not connected (its
+/// connection is being moved to another server) is waited for within that bound, and the
+/// request sent once it is.
 pub(super) async fn request<'a, T, F>(
     op: &'static str,
     zk: &'a Zk,
@@ -127,6 +129,8 @@ where
     F: Future<Output = std::result::Result<T, ZkError>> + 'a,
 {
     // One line per request at -vvv: the benchmarks and the tests count them.
+    let until = Instant::now() + REQUEST_TIMEOUT;
+    until_connected(zk, until).await;
     tracing::trace!(op, "store request");
     match zk.client.state() {
         SessionState::SyncConnected | SessionState::ConnectedReadOnly => {}
@@ -135,7 +139,7 @@ where
         SessionState::Expired => return Err(ZkError::SessionExpired),
         SessionState::Closed => return Err(ZkError::ClientClosed),
     }
-    match timeout(REQUEST_TIMEOUT, f(&zk.client)).await {
+    match timeout_at(until, f(&zk.client)).await {
         Ok(result) => result,
         Err(_) => Err(ZkError::Timeout),
     }
@@ -143,10 +147,15 @@ where
 
 impl ZooKeeperStore {
     /// A new session asking for `timeout` (the server clamps it to its min/max). Detached: the
-    /// store never closes a session, a dropped one stops heartbeating and times out.
+    /// store never closes a session, a dropped one stops heartbeating and times out. Its
+    /// connection is declared dead after `connection_timeout` of silence, and the session then
+    /// moves to another server (`failover.rs`).
     pub(super) async fn connect(&self, session: Duration) -> Result<Zk> {
-        let mut connector: Connector =
-            Client::connector().with_session_timeout(session).with_detached().with_fail_eagerly();
+        let mut connector: Connector = Client::connector()
+            .with_session_timeout(session)
+            .with_connection_timeout(connection_timeout(session))
+            .with_detached()
+            .with_fail_eagerly();
         if let Some((user, password)) = &self.user {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }

@@ -1,0 +1,181 @@
+//! Opening the store for a run, and fitting the run's timings to what the store keeps.
+//!
+//! Every store call made here may meet a store that fails for a moment: a cluster electing
+//! a new leader, a database restarting. A `--wait` run rides that out until its --timeout
+//! (a worker started before its database); a one-shot run until its retry bound
+//! (`Mode::OneShot::retry_until`: --timeout, else a few seconds), so that a cron firing during
+//! an election starts a little late rather than nowhere. A refusal (bad credentials, a
+//! setting that does not fit) is never retried: it will not pass.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+
+use super::{fail, Plan};
+use crate::clock::Clock;
+use crate::elector::Mode;
+use crate::exit;
+use crate::store::url::{self, Access};
+use crate::store::{ErrorKind, Store, StoreError};
+
+/// The pause between tries while the store is unreachable.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// The exit status for a store error before the child started: 2 when the store's settings
+/// do not fit what was asked (a configuration error), else 69.
+pub(super) fn store_failure(err: &StoreError) -> u8 {
+    if err.kind == ErrorKind::Unfit {
+        exit::USAGE
+    } else {
+        exit::STORE_UNAVAILABLE
+    }
+}
+
+/// When a run stops retrying a store that fails transiently (`None`: never, a `--wait` run
+/// without --timeout), and when its --timeout cuts a try short, on the elector's clock.
+fn bounds(mode: Mode) -> (Option<Duration>, Option<Duration>) {
+    match mode {
+        Mode::Wait { until } => (until, until),
+        Mode::OneShot { until, retry_until } => (Some(retry_until), until),
+    }
+}
+
+/// Retries of one store call until it answers, fails for good, the run's retry bound passes,
+/// or a signal ends the run. `Err` is the status to exit with (the failure logged).
+pub(super) struct Retrying<'a> {
+    /// No try starts after this.
+    pub give_up: Option<Duration>,
+    /// No try lasts past this (--timeout); a one-shot run's own retry bound lets a slow try
+    /// finish, as a one-shot run without retries always did.
+    pub cut_at: Option<Duration>,
+    pub clock: &'a dyn Clock,
+    pub signals: &'a mut mpsc::UnboundedReceiver<Signal>,
+    /// Say it only with -v (a one-shot run: quiet in cron if it gets through in the end).
+    pub quietly: bool,
+}
+
+impl Retrying<'_> {
+    fn left(&self) -> Option<Duration> {
+        self.give_up.map(|t| t.saturating_sub(self.clock.now()))
+    }
+
+    fn left_to_cut(&self) -> Option<Duration> {
+        self.cut_at.map(|t| t.saturating_sub(self.clock.now()))
+    }
+
+    /// Call `attempt` until it succeeds. `what` names the call in the log ("open the store").
+    /// `bound` caps one attempt (a connect that hangs); the retry bound caps it too.
+    async fn call<T, F, Fut>(&mut self, what: &str, bound: Option<Duration>, attempt: F) -> Result<T, u8>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = crate::store::Result<T>>,
+    {
+        for tries in 0u64.. {
+            let limit = match (self.left_to_cut(), bound) {
+                (Some(left), Some(bound)) => Some(left.min(bound)),
+                (left, bound) => left.or(bound),
+            };
+            let answered = match limit {
+                Some(limit) => tokio::time::timeout(limit, attempt()).await,
+                None => Ok(attempt().await),
+            };
+            let err = match answered {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(err)) if err.is_transient() => err,
+                Ok(Err(err)) => return Err(fail(store_failure(&err), err)),
+                Err(_) => StoreError::unavailable(format!("could not {what}: the store did not answer in time")),
+            };
+            if self.left().is_some_and(|left| left.is_zero()) {
+                return Err(fail(exit::STORE_UNAVAILABLE, err));
+            }
+            if tries == 0 && !self.quietly {
+                tracing::warn!("cannot {what} yet, retrying every second: {err}");
+            } else if tries == 0 {
+                tracing::info!("cannot {what} yet, retrying every second: {err}");
+            } else {
+                tracing::debug!("still cannot {what}: {err}");
+            }
+            let pause = self.left().map_or(RETRY_EVERY, |left| left.min(RETRY_EVERY));
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                Some(signal) = self.signals.recv() => return Err(exit::for_signal(signal as i32)),
+            }
+        }
+        unreachable!("the tries never run out")
+    }
+}
+
+/// Open the store, and fit the run's timings to it. A signal that arrives meanwhile ends
+/// the run.
+pub(super) async fn open_and_fit(
+    plan: &mut Plan,
+    clock: &dyn Clock,
+    signals: &mut mpsc::UnboundedReceiver<Signal>,
+) -> Result<Arc<dyn Store>, u8> {
+    let quietly = matches!(plan.election.mode, Mode::OneShot { .. });
+    let (give_up, cut_at) = bounds(plan.election.mode);
+    let mut retrying = Retrying { give_up, cut_at, clock, signals, quietly };
+    let spec = &plan.spec;
+    let store: Arc<dyn Store> =
+        Arc::from(retrying.call("reach the store", None, || url::open(spec, Access::Create)).await?);
+    fit_to_store(plan, &*store, &mut retrying).await?;
+    Ok(store)
+}
+
+/// Without --ttl, a store that keeps leases for less than the default (a ZooKeeper server's
+/// maxSessionTimeout, a NATS bucket's max age) gets the longest ttl that fits, with the other
+/// defaults scaled to it. An explicit --ttl is left for the store to accept or refuse.
+async fn fit_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Retrying<'_>) -> Result<(), u8> {
+    fit_keep_to_store(plan, store, retrying).await?;
+    if plan.requested.ttl.is_some() {
+        return Ok(());
+    }
+    let bound = Some(plan.election.timing.request_timeout());
+    let longest = retrying.call("learn how long a lease the store keeps", bound, || store.longest_ttl()).await?;
+    let Some(fitted) = longest.and_then(|longest| plan.requested.fit(longest)) else {
+        return Ok(());
+    };
+    let timing = fitted.map_err(|e| fail(exit::USAGE, e))?;
+    tracing::info!(
+        ttl = %humantime::format_duration(timing.ttl),
+        renew_every = %humantime::format_duration(timing.renew_every),
+        kill_after = %humantime::format_duration(timing.kill_after),
+        "the store keeps leases for less than the default --ttl: using the longest that fits"
+    );
+    plan.election.timing = timing;
+    Ok(())
+}
+
+/// A store that keeps a lock after its child exits for a limited time only (a NATS bucket
+/// without per-message TTL: its max age) caps the default --min-hold to it, and refuses a
+/// longer --min-hold given on the command line (status 2), which it could not keep in full.
+async fn fit_keep_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Retrying<'_>) -> Result<(), u8> {
+    let keep = plan.election.timing.min_hold;
+    if keep.is_zero() {
+        return Ok(());
+    }
+    let bound = Some(plan.election.timing.request_timeout());
+    let longest = match retrying.call("learn how long the store keeps a lock", bound, || store.longest_keep()).await? {
+        Some(longest) if keep > longest => longest,
+        _ => return Ok(()),
+    };
+    let show = |d: Duration| humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string();
+    if plan.requested.min_hold.is_some() {
+        return Err(fail(
+            exit::USAGE,
+            format!(
+                "--min-hold {} is longer than this store keeps a lock after its child exits ({}: a NATS bucket \
+                 without per-message TTL keeps it for its max age); use --min-hold {} or less",
+                show(keep),
+                show(longest),
+                show(longest)
+            ),
+        ));
+    }
+    tracing::info!(min_hold = %show(longest), "the store keeps a lock for less than the default --min-hold: using the longest it keeps");
+    plan.election.timing.min_hold = longest;
+    Ok(())
+}

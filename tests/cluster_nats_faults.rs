@@ -1,0 +1,278 @@
+//! A `leaderrun` holder and one-shot runs on a 3-server NATS cluster, bucket replicated three
+//! ways (`?replicas=3`), through the loss of one server (issue 22): at the DEFAULT ttl a
+//! holder keeps its lease (its child never stopped) through the SIGKILL of the server it is
+//! connected to, or its freeze (SIGSTOP) for 10 s; one-shot runs succeed with a server down
+//! listed first, or with the bucket stream's leader just killed. The SIGKILL of the stream's
+//! leader costs an election of 4 to 10 s at nats-server's defaults: a holder rides it out at
+//! the ttl README states (not at the default: see `measure_failover`).
+//!
+//! No timing is asserted: a fault is held, then the lease is checked once more than a ttl
+//! has passed since (a holder that lost its lease would have exited 75 by then).
+
+mod common;
+mod servers;
+
+use std::time::{Duration, Instant};
+
+use common::{pid_alive, status_json, Sandbox, Wrapper, SOON};
+use servers::cluster::Cluster;
+use servers::nats_cluster::NatsCluster;
+
+/// The default ttl and a little more: a lease not renewed since a fault is gone by then.
+const PAST_A_TTL: Duration = Duration::from_secs(17);
+
+const CHILD: &str = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
+
+/// A cluster, its bucket made (through server 0) and its stream's leader.
+fn cluster_with_bucket(sb: &Sandbox, name: &str) -> (NatsCluster, String, usize) {
+    let cluster = NatsCluster::start();
+    let bucket = format!("{name}_{}", std::process::id());
+    let url = format!("{}/{bucket}?replicas=3", cluster.url());
+    let out = sb.output(sb.at(&url, &["--lock", "warm-up", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "the bucket is made: {:?}", common::stderr_of(&out));
+    let leader = cluster.wait_for_stream_leader(&format!("KV_{bucket}"), None, Duration::from_secs(30));
+    (cluster, bucket, leader.expect("the bucket's stream has a leader"))
+}
+
+/// A holder (at the default ttl unless `timing` says otherwise), on the cluster's URL listing
+/// `first` first; its child's pid.
+fn holder(sb: &Sandbox, cluster: &NatsCluster, bucket: &str, first: usize, timing: &[&str]) -> (Wrapper, i32, String) {
+    let url = format!("{}/{bucket}?replicas=3", cluster.url_from(first));
+    let args = [&["--lock", "worker", "--wait"], timing, &["--", "sh", "-c", CHILD]].concat();
+    let holder = sb.spawn("holder", sb.at(&url, &args));
+    let child = sb.wait_pid("child.pid");
+    let on: Vec<usize> = (0..3).filter(|i| cluster.clients_named(*i, "leaderrun") > 0).collect();
+    assert!(on.contains(&first), "the holder is connected to the first server of its URL, n{first}: {on:?}");
+    (holder, child, url)
+}
+
+/// `past` (more than a ttl) after the fault: the holder still runs, its child was never
+/// stopped, and the lock is still held with the same token.
+fn assert_lease_kept(
+    sb: &Sandbox,
+    mut holder: Wrapper,
+    child: i32,
+    url: &str,
+    token: &serde_json::Value,
+    past: Duration,
+) {
+    let deadline = Instant::now() + past;
+    while Instant::now() < deadline {
+        assert!(holder.try_status().is_none(), "the holder exited: stderr {:?}", holder.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(pid_alive(child), "the child must have kept running; stderr {:?}", holder.stderr());
+    let (code, status) = status_json(sb, url, "worker");
+    assert_eq!((code, &status["fencing_token"]), (0, token), "still held, same token: {status}");
+    holder.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
+}
+
+/// The holder's server (first in its URL, not the stream's leader) is killed.
+#[test]
+fn a_holder_keeps_its_lease_when_its_server_is_killed() {
+    let sb = Sandbox::new();
+    let (cluster, bucket, leader) = cluster_with_bucket(&sb, "killed");
+    let first = (leader + 1) % 3;
+    let (holder, child, url) = holder(&sb, &cluster, &bucket, first, &[]);
+    let (_, before) = status_json(&sb, &url, "worker");
+    cluster.kill(first);
+    let others = format!("{}/{bucket}?replicas=3", cluster.url_from(leader));
+    assert_lease_kept(&sb, holder, child, &others, &before["fencing_token"], PAST_A_TTL);
+}
+
+/// The holder's server (first in its URL, not the stream's leader) is frozen for 10 s.
+#[test]
+fn a_holder_keeps_its_lease_when_its_server_is_frozen() {
+    let sb = Sandbox::new();
+    let (cluster, bucket, leader) = cluster_with_bucket(&sb, "frozen");
+    let first = (leader + 1) % 3;
+    let (holder, child, url) = holder(&sb, &cluster, &bucket, first, &[]);
+    let (_, before) = status_json(&sb, &url, "worker");
+    cluster.freeze(first);
+    std::thread::sleep(Duration::from_secs(10));
+    cluster.thaw(first);
+    assert_lease_kept(&sb, holder, child, &url, &before["fencing_token"], PAST_A_TTL);
+}
+
+/// The bucket stream's leader is killed while a holder on another server renews, at the ttl
+/// README gives for NATS (35 s: the election alone took up to 14 s; the default 15 s rides
+/// out only an election that ends within 4.6 to 9.6 s of the fault, depending on where in
+/// the renewal cycle it falls; `AT_THE_DEFAULT_TTL=1` runs it at the default, to
+/// count how often).
+#[test]
+fn a_holder_keeps_its_lease_when_the_streams_leader_is_killed() {
+    let sb = Sandbox::new();
+    let (cluster, bucket, leader) = cluster_with_bucket(&sb, "leader");
+    let first = (leader + 1) % 3;
+    let ttl: Vec<&str> = std::env::var("AT_THE_DEFAULT_TTL").map_or(vec!["--ttl", "35s"], |_| vec![]);
+    let (holder, child, url) = holder(&sb, &cluster, &bucket, first, &ttl);
+    let (_, before) = status_json(&sb, &url, "worker");
+    cluster.kill(leader);
+    let past = if ttl.is_empty() { PAST_A_TTL } else { Duration::from_secs(37) };
+    assert_lease_kept(&sb, holder, child, &url, &before["fencing_token"], past);
+}
+
+/// Five one-shot runs, one after another, with a server that is down listed first.
+#[test]
+fn one_shots_succeed_with_a_server_down_listed_first() {
+    let sb = Sandbox::new();
+    let (cluster, bucket, leader) = cluster_with_bucket(&sb, "down");
+    let down = (leader + 1) % 3;
+    cluster.kill(down);
+    let url = format!("{}/{bucket}?replicas=3", cluster.url_from(down));
+    for i in 0..5 {
+        let out =
+            sb.output(sb.at(&url, &["--lock", &format!("job-{i}"), "--", "sh", "-c", r#"echo ran >> "$D/runs""#]));
+        assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", common::stderr_of(&out));
+    }
+    assert_eq!(sb.lines("runs").len(), 5);
+}
+
+/// A one-shot run started just after the bucket stream's leader was killed, on the URL of
+/// the other two: it waits out the election and runs its command. With `--timeout 20s`: the
+/// election takes 4 to 11 s, and a one-shot run retries for 5 s unless told to wait longer
+/// (`AT_THE_DEFAULT_TIMEOUT=1` runs it without, to count how often that is enough).
+#[test]
+fn a_one_shot_succeeds_with_the_streams_leader_just_killed() {
+    let sb = Sandbox::new();
+    let (cluster, bucket, leader) = cluster_with_bucket(&sb, "oneshot");
+    cluster.kill(leader);
+    let url = format!("{}/{bucket}?replicas=3", cluster.url_from((leader + 1) % 3));
+    let timeout: Vec<&str> = std::env::var("AT_THE_DEFAULT_TIMEOUT").map_or(vec!["--timeout", "20s"], |_| vec![]);
+    let args = [&["--lock", "job"], &timeout[..], &["--", "sh", "-c", r#"touch "$D/ran""#]].concat();
+    let out = sb.output(sb.at(&url, &args));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", common::stderr_of(&out));
+    assert!(sb.exists("ran"));
+}
+
+/// Figures for README (run by hand: `--ignored --nocapture`): how long the bucket stream's
+/// leader takes to be replaced after a SIGKILL, and how long a client with the store's ping
+/// interval takes to notice that its server is frozen.
+#[test]
+#[ignore]
+fn measure_failover() {
+    let trials: usize = std::env::var("TRIALS").ok().and_then(|n| n.parse().ok()).unwrap_or(10);
+    let sb = Sandbox::new();
+    let (cluster, bucket, _) = cluster_with_bucket(&sb, "measure");
+    let stream = format!("KV_{bucket}");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let (mut failovers, mut renewed) = (Vec::new(), Vec::new());
+    for trial in 0..trials {
+        let leader = cluster.wait_for_stream_leader(&stream, None, Duration::from_secs(60)).expect("a leader");
+        // A client on the other two servers renews a lease every 200 ms, as a holder would.
+        let url = format!("{}/{bucket}?replicas=3", cluster.url_from((leader + 1) % 3));
+        let spec = leaderrun::store::url::StoreSpec::from_url(&url).unwrap();
+        let store =
+            runtime.block_on(leaderrun::store::url::open(&spec, leaderrun::store::url::Access::Create)).unwrap();
+        let ttl = Duration::from_secs(60);
+        let lease = match runtime.block_on(store.acquire(&format!("m{trial}"), "m", ttl)).unwrap() {
+            leaderrun::store::Acquire::Won(lease) => lease,
+            other => panic!("{other:?}"),
+        };
+        let killed = Instant::now();
+        let renewing = runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let sent = Instant::now();
+                if let Ok(leaderrun::store::Renew::Renewed) = store.renew(&lease, ttl).await {
+                    if sent > killed {
+                        return killed.elapsed();
+                    }
+                }
+            }
+        });
+        cluster.kill(leader);
+        let next = cluster.wait_for_stream_leader(&stream, Some(leader), Duration::from_secs(60));
+        let took = killed.elapsed();
+        let renewal = runtime.block_on(renewing).unwrap();
+        println!(
+            "trial {trial}: stream leader n{leader} killed, n{} leads after {took:?}, renewed after {renewal:?}",
+            next.unwrap()
+        );
+        failovers.push(took);
+        renewed.push(renewal);
+        cluster.restart(leader);
+        std::thread::sleep(Duration::from_secs(3)); // it catches up
+    }
+    failovers.sort();
+    renewed.sort();
+    println!(
+        "stream leader failover, {trials} trials: min {:?}, median {:?}, max {:?}; first renewal after the kill: min {:?}, median {:?}, max {:?}",
+        failovers[0],
+        failovers[trials / 2],
+        failovers[trials - 1],
+        renewed[0],
+        renewed[trials / 2],
+        renewed[trials - 1]
+    );
+
+    let mut notices = Vec::new();
+    for trial in 0..5 {
+        let frozen = trial % 3;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = runtime.block_on(async {
+            let url = cluster.url_from(frozen);
+            let (creds, hosts) = url.trim_start_matches("nats://").split_once('@').unwrap();
+            let (user, password) = creds.split_once(':').unwrap();
+            let servers: Vec<String> = hosts.split(',').map(|h| format!("nats://{h}")).collect();
+            async_nats::ConnectOptions::new()
+                .user_and_password(user.into(), password.into())
+                .ping_interval(Duration::from_secs(1))
+                .retain_servers_order()
+                .event_callback(move |event| {
+                    let tx = tx.clone();
+                    async move {
+                        let _ = tx.send((Instant::now(), event.to_string()));
+                    }
+                })
+                .connect(servers)
+                .await
+                .unwrap()
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        while rx.try_recv().is_ok() {}
+        let at = Instant::now();
+        cluster.freeze(frozen);
+        let noticed = runtime.block_on(async {
+            loop {
+                match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+                    Ok(Some((when, event))) if event == "disconnected" => return Some(when - at),
+                    Ok(Some(_)) => {}
+                    _ => return None,
+                }
+            }
+        });
+        cluster.thaw(frozen);
+        println!("trial {trial}: a client of n{frozen} noticed its freeze after {noticed:?}");
+        notices.extend(noticed);
+        drop(client);
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    notices.sort();
+    println!("frozen server noticed: min {:?}, max {:?}", notices.first(), notices.last());
+}
+
+/// A `--wait` waiter whose server is killed still hears the holder's release: its watch
+/// moves to another server with its connection (a stalled watch would leave it waiting for
+/// the minute-long safety re-read instead).
+#[test]
+fn a_waiter_whose_server_is_killed_still_takes_a_release() {
+    let sb = Sandbox::new();
+    let (cluster, bucket, leader) = cluster_with_bucket(&sb, "waiter");
+    let (holder, _, _) = holder(&sb, &cluster, &bucket, leader, &[]);
+    let waiting = (leader + 1) % 3;
+    let url = format!("{}/{bucket}?replicas=3", cluster.url_from(waiting));
+    let script = r#"touch "$D/waiter-ran"; exec sleep 1000"#;
+    let mut waiter = sb.spawn("waiter", sb.at(&url, &["--lock", "worker", "--wait", "--", "sh", "-c", script]));
+    // The waiter is watching once its wrapper has read the lock held (it reports nothing):
+    // give it a moment, then take its server away and free the lock.
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.kill(waiting);
+    std::thread::sleep(Duration::from_secs(2));
+    holder.signal(nix::sys::signal::Signal::SIGTERM);
+    common::wait_for(|| sb.exists("waiter-ran"), Duration::from_secs(30), "the waiter takes the lock");
+    assert!(waiter.try_status().is_none(), "the waiter runs its child: {:?}", waiter.stderr());
+    waiter.signal(nix::sys::signal::Signal::SIGTERM);
+    waiter.wait_code(SOON);
+}
