@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod datastore_emulator;
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod fake_gcs;
 pub mod kubernetes;
 pub mod mariadb;

@@ -1,5 +1,6 @@
-//! The gRPC connection to an etcd cluster: endpoints, TLS, authentication, and the few calls
-//! the store makes, through tonic's generic client with the hand-written messages of `wire`.
+//! The gRPC connection to an etcd cluster: TLS, authentication, and the few calls the store
+//! makes, through tonic's generic client with the hand-written messages of `wire`. Which
+//! member each call goes to, and the retries on another, are `endpoints`'.
 //!
 //! etcd's own Rust client (etcd-client) generates these messages with `protoc` at build
 //! time, which a machine with only Rust and a C compiler lacks; the calls themselves are the
@@ -18,6 +19,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Code, Request, Status, Streaming};
 use tonic_prost::ProstCodec;
 
+use super::endpoints::Endpoints;
 use super::target::Target;
 use super::wire::{self, path};
 use crate::store::{Result, StoreError};
@@ -26,6 +28,14 @@ use crate::store::{Result, StoreError};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on every request (the elector bounds its calls too, usually tighter).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection silent this long while a stream is open (a waiter's watch) is pinged, and
+/// closed if the ping goes unanswered for `PING_TIMEOUT`: a frozen member answers nothing
+/// and keeps its connections open, and a watch on it would otherwise wait for the elector's
+/// once-a-minute re-read. etcd refuses pings more often than every 5 s (and any ping on a
+/// connection without a stream), so none are sent on an idle connection.
+const PING_EVERY: Duration = Duration::from_secs(10);
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The metadata key etcd reads an authentication token from.
 const TOKEN_HEADER: &str = "token";
@@ -36,10 +46,10 @@ struct Credentials {
     password: String,
 }
 
-/// One client of one cluster: requests are spread over the endpoints (a balanced tonic
-/// channel, one HTTP/2 connection per endpoint) and carry the authentication token.
+/// One client of one cluster: requests go to its members as `Endpoints` chooses (one HTTP/2
+/// connection per member) and carry the authentication token.
 pub struct Connection {
-    grpc: Grpc<Channel>,
+    endpoints: Endpoints,
     credentials: Option<Credentials>,
     /// The token from the last `Authenticate` (none without credentials).
     token: RwLock<Option<AsciiMetadataValue>>,
@@ -48,7 +58,7 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Set up the channel (it connects on first use) and authenticate if the URL has a user.
+    /// Set up the channels (each connects on first use) and authenticate if the URL has a user.
     pub async fn open(target: &Target) -> Result<Self> {
         let refused = |why: String| StoreError::refused(format!("etcd store {}: {why}", target.shown));
         let tls = target.tls.as_ref().map(|files| tls_config(files, &target.shown)).transpose()?;
@@ -57,14 +67,16 @@ impl Connection {
             let mut endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| refused(format!("bad endpoint {url}: {}", chain(&e))))?
                 .connect_timeout(CONNECT_TIMEOUT)
-                .timeout(REQUEST_TIMEOUT);
+                .timeout(REQUEST_TIMEOUT)
+                .http2_keep_alive_interval(PING_EVERY)
+                .keep_alive_timeout(PING_TIMEOUT);
             if let Some(tls) = &tls {
                 endpoint = endpoint.tls_config(tls.clone()).map_err(|e| refused(format!("TLS: {}", chain(&e))))?;
             }
             endpoints.push(endpoint);
         }
         let connection = Self {
-            grpc: Grpc::new(Channel::balance_list(endpoints.into_iter())),
+            endpoints: Endpoints::new(endpoints),
             credentials: target
                 .user
                 .as_ref()
@@ -83,7 +95,9 @@ impl Connection {
         };
         let request =
             wire::AuthenticateRequest { name: credentials.user.clone(), password: credentials.password.clone() };
-        let response: wire::AuthenticateResponse = send(self.grpc.clone(), path::AUTHENTICATE, request, None).await?;
+        // Sent again elsewhere if need be: each answer is a new token, and unused ones lapse.
+        let response: wire::AuthenticateResponse =
+            self.endpoints.call(|grpc| send(grpc, path::AUTHENTICATE, request.clone(), None)).await?;
         let token = AsciiMetadataValue::try_from(response.token)
             .map_err(|_| Status::internal("etcd sent an authentication token that is not ASCII"))?;
         *self.token.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(token);
@@ -103,7 +117,7 @@ impl Connection {
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
         let sent = self.token();
-        match call(self.grpc.clone(), sent.clone()).await {
+        match self.endpoints.call(|grpc| call(grpc, sent.clone())).await {
             Err(status) if self.credentials.is_some() && status.code() == Code::Unauthenticated => {
                 {
                     let _one_at_a_time = self.refreshing.lock().await;
@@ -112,13 +126,15 @@ impl Connection {
                         self.authenticate().await?;
                     }
                 }
-                call(self.grpc.clone(), self.token()).await
+                let token = self.token();
+                self.endpoints.call(|grpc| call(grpc, token.clone())).await
             }
             other => other,
         }
     }
 
-    /// One unary call.
+    /// One unary call, which may reach etcd twice (on two members): each request the store
+    /// sends is safe to repeat (see the store's requests).
     pub async fn unary<Q, A>(&self, path: &'static str, request: Q) -> std::result::Result<A, Status>
     where
         Q: Message + Clone + 'static,
@@ -128,7 +144,8 @@ impl Connection {
     }
 
     /// One LeaseKeepAlive: a stream opened, one request, its one answer. Whether the lease
-    /// still exists (etcd answers a TTL of 0 for a lease it does not know).
+    /// still exists (etcd answers a TTL of 0 for a lease it does not know). Safe to send
+    /// twice: a keep-alive sets the lease's time left to its granted TTL, whenever it lands.
     pub async fn keep_alive(&self, id: i64) -> std::result::Result<bool, Status> {
         self.with_token(|mut grpc, token| async move {
             ready(&mut grpc).await?;
@@ -146,7 +163,8 @@ impl Connection {
 
     /// Open one watch stream with a watcher for each create request: their events arrive on the
     /// one stream, each carrying its key. The request side stays open (etcd would end the
-    /// watchers with it), until the returned stream is dropped.
+    /// watchers with it), until the returned stream is dropped. A stream opened twice (the
+    /// first member slow to answer) leaves one unused, dropped with the attempt.
     pub async fn watch(
         &self,
         creates: Vec<wire::WatchCreateRequest>,
@@ -169,7 +187,7 @@ impl Connection {
     }
 
     /// Revoke an etcd lease (which deletes every key attached to it); false if etcd does not
-    /// know it (it lapsed, or was revoked already).
+    /// know it (it lapsed, or was revoked already: a revoke sent twice finds it gone).
     pub async fn lease_revoke(&self, id: i64) -> std::result::Result<bool, Status> {
         match self.unary::<_, wire::LeaseRevokeResponse>(path::LEASE_REVOKE, wire::LeaseRevokeRequest { id }).await {
             Ok(_) => Ok(true),

@@ -88,10 +88,14 @@
 //! `?cacert=FILE`, with a client certificate from `&cert=FILE&key=FILE` (etcdctl's names).
 //! A password never appears in a message: they are built from the URL without it.
 //!
+//! In a cluster, any request may reach etcd twice (sent again on another member, see
+//! `endpoints`, which says why each of this store's requests is safe then).
+//!
 //! The gRPC calls go through `client` (tonic) with the messages of `wire`, written out by
 //! hand so that building needs no `protoc`.
 
 mod client;
+mod endpoints;
 mod queue;
 mod target;
 mod wait;
@@ -428,9 +432,16 @@ impl Store for EtcdStore {
                 return Err(e);
             }
         };
-        if resp.succeeded {
-            let (token, mod_revision) =
-                resp.range(2).first().map_or((0, 0), |kv| (kv.create_revision, kv.mod_revision));
+        // The transaction may have reached etcd twice (sent again on another member when the
+        // first was slow to answer): then the second finds the key written by the first, on
+        // this very lease, and that is a win too.
+        let written = if resp.succeeded {
+            resp.range(2).first()
+        } else {
+            resp.range(0).first().filter(|kv| self.value(kv).is_ok_and(|v| v.lease_id == lease_id))
+        };
+        if let Some(kv) = written {
+            let (token, mod_revision) = (kv.create_revision, kv.mod_revision);
             let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 };
             self.remember(&lease, Held { lease_id, mod_revision });
             // A holder waits for nothing: its watch would only pile up events.
