@@ -1,6 +1,7 @@
 //! The store under the fault run: the embedded SQLite file, or a real server started
 //! here (the tests' own server support), with one TCP proxy per contender so that a
-//! single contender's network can be cut, reset or slowed.
+//! single contender's network can be cut, reset or slowed; or a 3-node cluster (etcd, NATS,
+//! ZooKeeper) whose nodes are killed and frozen one at a time.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::proxy::{Mode, Proxy};
+use crate::servers::cluster::Cluster;
 use crate::servers::{
     datastore_emulator::DatastoreEmulator, etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb,
     moto::Moto, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
@@ -64,6 +66,9 @@ enum Server {
     S3(Moto),
     Gcs(FakeGcs),
     Datastore(DatastoreEmulator),
+    /// A 3-node cluster, and what follows each node list in the URL (NATS: the bucket,
+    /// replicated on all three).
+    Cluster(Box<dyn Cluster>, &'static str),
 }
 
 pub struct Backend {
@@ -106,6 +111,61 @@ impl Backend {
             }
         }
         backend
+    }
+
+    /// A 3-node cluster of an engine that has one (etcd, NATS, ZooKeeper), without proxies:
+    /// its faults are a node's, not one contender's network. Contender `i`'s URL lists node
+    /// `i mod 3` first, so that the holder's preferred node is known.
+    pub fn start_cluster(kind: Kind, _contenders: usize) -> Self {
+        use crate::servers::{etcd_cluster::EtcdCluster, nats_cluster::NatsCluster, zookeeper_cluster::ZooKeeperCluster};
+        let server = match kind {
+            Kind::Etcd => Server::Cluster(Box::new(EtcdCluster::start()), ""),
+            Kind::Nats => Server::Cluster(Box::new(NatsCluster::start()), "/faultrun?replicas=3"),
+            Kind::ZooKeeper => Server::Cluster(Box::new(ZooKeeperCluster::start()), ""),
+            other => panic!("no cluster of {other:?}"),
+        };
+        Self { server, proxies: Vec::new(), kubeconfigs: Vec::new() }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.server, Server::Cluster(..))
+    }
+
+    /// The node that leads the cluster now.
+    pub fn leader_node(&self) -> Option<usize> {
+        match &self.server {
+            Server::Cluster(cluster, _) => cluster.wait_for_leader(Duration::from_secs(30)),
+            _ => None,
+        }
+    }
+
+    /// The node contender `slot`'s URL lists first.
+    pub fn preferred_node(&self, slot: usize) -> usize {
+        match &self.server {
+            Server::Cluster(cluster, _) => slot % cluster.len(),
+            _ => 0,
+        }
+    }
+
+    /// SIGKILL node `i`, keep it down for `down`, start it again and wait until it answers
+    /// and the cluster has a leader: the next fault never finds two nodes down.
+    pub fn kill_node(&self, i: usize, down: Duration) {
+        if let Server::Cluster(cluster, _) = &self.server {
+            cluster.kill(i);
+            std::thread::sleep(down);
+            cluster.restart(i);
+            cluster.wait_for_leader(Duration::from_secs(60));
+        }
+    }
+
+    /// SIGSTOP node `i` for `frozen`, then SIGCONT, and wait until the cluster has a leader.
+    pub fn freeze_node(&self, i: usize, frozen: Duration) {
+        if let Server::Cluster(cluster, _) = &self.server {
+            cluster.freeze(i);
+            std::thread::sleep(frozen);
+            cluster.thaw(i);
+            cluster.wait_for_leader(Duration::from_secs(60));
+        }
     }
 
     /// The environment contender `i` (or, with `None`, `status` and `release`) runs with:
@@ -155,6 +215,7 @@ impl Backend {
             Server::S3(moto) => Some(moto.port()),
             Server::Gcs(gcs) => Some(gcs.port()),
             Server::Datastore(ds) => Some(ds.port()),
+            Server::Cluster(..) => None,
         }
     }
 
@@ -176,11 +237,15 @@ impl Backend {
             Server::Gcs(gcs) => gcs.url(),
             // The server is in the environment (`env`).
             Server::Datastore(ds) => ds.url(),
+            Server::Cluster(cluster, after) => format!("{}{after}", cluster.url()),
         }
     }
 
     /// The URL contender `i` uses: through its own proxy.
     pub fn contender_url(&self, i: usize) -> String {
+        if let Server::Cluster(cluster, after) = &self.server {
+            return format!("{}{after}", cluster.url_from(self.preferred_node(i)));
+        }
         match (self.port(), self.proxies.get(i)) {
             // The port is followed by the path, or ends the URL (etcd://host:PORT).
             (Some(port), Some(proxy)) => {
@@ -312,7 +377,7 @@ impl Backend {
                 gcs.stop();
                 gcs.start_again()
             }),
-            Server::Datastore(_) => {}
+            Server::Datastore(_) | Server::Cluster(..) => {}
         }
     }
 

@@ -16,6 +16,13 @@
 //! cut, reset or slow the holder's own connection through a TCP proxy that stands
 //! between each contender and the server.
 //!
+//! With `--cluster` (etcd, nats, zookeeper) it starts a 3-node cluster instead (a NATS
+//! bucket replicated on all three), each contender listing a different node first, and adds
+//! the node faults: the leader node or the holder's preferred node SIGKILLed and started
+//! again, or SIGSTOPped and resumed; one node at a time, the cluster led again before the
+//! next fault. A lease lost to a node fault counts as a false loss: with a quorum standing,
+//! it must cost none whose ttl exceeds the engine's failover time plus two renewals.
+//!
 //! A test instrument, not part of leaderrun.
 
 use std::collections::BTreeMap;
@@ -66,10 +73,14 @@ enum Fault {
     CutHolderNetwork,
     ResetHolderConnections,
     SlowHolderNetwork,
+    KillLeaderNode,
+    FreezeLeaderNode,
+    KillHolderNode,
+    FreezeHolderNode,
 }
 
 impl Fault {
-    const ALL: [Fault; 12] = [
+    const ALL: [Fault; 16] = [
         Fault::KillWrapper,
         Fault::KillChild,
         Fault::StopWrapperShort,
@@ -82,7 +93,17 @@ impl Fault {
         Fault::CutHolderNetwork,
         Fault::ResetHolderConnections,
         Fault::SlowHolderNetwork,
+        Fault::KillLeaderNode,
+        Fault::FreezeLeaderNode,
+        Fault::KillHolderNode,
+        Fault::FreezeHolderNode,
     ];
+
+    /// A fault of one node of a cluster (`--cluster`): never two nodes down at once, so a
+    /// quorum always stands.
+    fn needs_cluster(self) -> bool {
+        matches!(self, Fault::KillLeaderNode | Fault::FreezeLeaderNode | Fault::KillHolderNode | Fault::FreezeHolderNode)
+    }
 
     fn needs_server(self) -> bool {
         matches!(
@@ -109,10 +130,16 @@ impl Fault {
             Fault::CutHolderNetwork => "blackhole holder's network 1.5 ttl",
             Fault::ResetHolderConnections => "reset holder's connections",
             Fault::SlowHolderNetwork => "holder's network +100 ms, 2 ttl",
+            Fault::KillLeaderNode => "SIGKILL leader node, down 0.2-1.5 ttl",
+            Fault::FreezeLeaderNode => "SIGSTOP leader node 1.5 ttl",
+            Fault::KillHolderNode => "SIGKILL holder's node, down 0.2-1.5 ttl",
+            Fault::FreezeHolderNode => "SIGSTOP holder's node 1.5 ttl",
         }
     }
 
-    /// Whether the holder is expected to lose its lease (and exit 75) under this fault.
+    /// Whether the holder is expected to lose its lease (and exit 75) under this fault. A node
+    /// of a cluster is not: with a quorum standing, its loss must cost no lease whose ttl
+    /// exceeds the engine's failover time and two renewal attempts (a loss is a false one).
     fn may_lose_lease(self) -> bool {
         matches!(
             self,
@@ -138,6 +165,8 @@ struct Config {
     keep: Option<PathBuf>,
     report: Option<PathBuf>,
     store: Kind,
+    /// A 3-node cluster of the store (etcd, nats, zookeeper) instead of one server.
+    cluster: bool,
 }
 
 fn parse_args() -> Result<Config, String> {
@@ -153,6 +182,7 @@ fn parse_args() -> Result<Config, String> {
         keep: None,
         report: None,
         store: Kind::Sqlite,
+        cluster: false,
     };
     let mut it = std::env::args().skip(1);
     let dur = |v: Option<String>, f: &str| -> Result<Duration, String> {
@@ -172,6 +202,7 @@ fn parse_args() -> Result<Config, String> {
             "--gap-max" => c.gap_max = dur(it.next(), "--gap-max")?,
             "--keep" => c.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
             "--report" => c.report = Some(it.next().ok_or("--report needs a file")?.into()),
+            "--cluster" => c.cluster = true,
             "--store" => {
                 c.store = Kind::parse(&it.next().ok_or(
                     "--store needs a store name (sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, kubernetes, s3, gcs, datastore)",
@@ -181,7 +212,8 @@ fn parse_args() -> Result<Config, String> {
                 println!(
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
-                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|gcs|datastore]"
+                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|gcs|datastore] \
+                     [--cluster (etcd, nats, zookeeper: 3 nodes)]"
                 );
                 std::process::exit(0);
             }
@@ -190,6 +222,9 @@ fn parse_args() -> Result<Config, String> {
     }
     if c.contenders < 2 || c.gap_min > c.gap_max {
         return Err("need --contenders >= 2 and --gap-min <= --gap-max".into());
+    }
+    if c.cluster && !matches!(c.store, Kind::Etcd | Kind::Nats | Kind::ZooKeeper) {
+        return Err("--cluster needs --store etcd, nats or zookeeper".into());
     }
     Ok(c)
 }
@@ -351,6 +386,17 @@ impl Run {
             Fault::SlowHolderNetwork => {
                 self.backend.network(slot.unwrap_or(0), Mode::Delay(Duration::from_millis(100)), ttl * 2)
             }
+            Fault::KillLeaderNode | Fault::KillHolderNode => {
+                let down = ttl.mul_f64(rand::rng().random_range(0.2..1.5));
+                let node = self.node_for(fault, slot);
+                note(&self.log, &format!("NODE {node} killed for {} ms", down.as_millis()));
+                self.backend.kill_node(node, down);
+            }
+            Fault::FreezeLeaderNode | Fault::FreezeHolderNode => {
+                let node = self.node_for(fault, slot);
+                note(&self.log, &format!("NODE {node} frozen"));
+                self.backend.freeze_node(node, ttl.mul_f64(1.5));
+            }
             Fault::KillWrapper => {
                 let _ = kill(wrapper, Signal::SIGKILL);
             }
@@ -380,6 +426,15 @@ impl Run {
                     .stdout(Stdio::null())
                     .status();
             }
+        }
+    }
+
+    /// The node a cluster fault hits: the leader, or the node the holder's URL lists first
+    /// (the one its client prefers).
+    fn node_for(&self, fault: Fault, slot: Option<usize>) -> usize {
+        match fault {
+            Fault::KillLeaderNode | Fault::FreezeLeaderNode => self.backend.leader_node().unwrap_or(0),
+            _ => self.backend.preferred_node(slot.unwrap_or(0)),
         }
     }
 
@@ -575,8 +630,18 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
         ));
     }
     lines.push(format!("false losses: {}", false_losses.len()));
-    for (identity, _, _) in &false_losses {
-        lines.push(format!("  false loss: {identity} exited 75"));
+    // Each counted against the last fault applied before it (whichever holder that hit).
+    let mut by_fault: BTreeMap<Fault, usize> = BTreeMap::new();
+    for (identity, _, at) in &false_losses {
+        let last = applied.iter().rev().find(|a| a.at <= *at).map(|a| a.fault);
+        lines.push(format!("  false loss: {identity} exited 75, after {}", last.map_or("no fault", Fault::name)));
+        if let Some(fault) = last {
+            *by_fault.entry(fault).or_default() += 1;
+        }
+    }
+    if !by_fault.is_empty() {
+        let counted: Vec<String> = by_fault.iter().map(|(f, n)| format!("{}: {n}", f.name())).collect();
+        lines.push(format!("false losses by the fault before them: {}", counted.join(", ")));
     }
     lines.push(String::new());
     lines.push("| fault | applied | held through | failovers | gap p50 ms | gap p99 ms | gap max ms |".into());
@@ -612,8 +677,15 @@ fn main() {
     let temp = tempdir();
     let dir = config.keep.clone().unwrap_or_else(|| temp.clone());
     fs::create_dir_all(&dir).expect("run directory");
-    let backend = Backend::start(config.store, &dir, config.contenders);
-    let kinds: Vec<Fault> = Fault::ALL.into_iter().filter(|f| backend.has_server() || !f.needs_server()).collect();
+    let backend = if config.cluster {
+        Backend::start_cluster(config.store, config.contenders)
+    } else {
+        Backend::start(config.store, &dir, config.contenders)
+    };
+    let kinds: Vec<Fault> = Fault::ALL
+        .into_iter()
+        .filter(|f| if f.needs_cluster() { backend.is_cluster() } else { !f.needs_server() || backend.has_server() })
+        .collect();
     let log = dir.join("probe.log");
     let _ = fs::remove_file(&log);
     let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
@@ -665,7 +737,9 @@ fn main() {
     let exits = run.exits.lock().unwrap().clone();
     let report = check(&log, &applied, &exits, &run.config);
     let mut out = report.lines.join("\n");
-    if run.backend.has_server() {
+    if run.backend.is_cluster() {
+        out.push_str("\na 3-node cluster; node faults one at a time, each healed (the node answers again) before the next");
+    } else if run.backend.has_server() {
         out.push_str(&format!("\nserver faults restart the server by {}", run.backend.restart_signal()));
     }
     if liveness_failure {
