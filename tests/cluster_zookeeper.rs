@@ -193,24 +193,3 @@ fn a_one_shot_run_rides_out_the_election_after_the_leader_is_killed() {
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     assert_eq!(sb.lines("runs").len(), 1);
 }
-
-/// Figures, not a test (`--ignored --nocapture`): the ensemble's failover at its defaults (the
-/// leader killed → a new leader serving), ten trials.
-#[test]
-#[ignore]
-fn measure_the_ensembles_failover() {
-    let cluster = ZooKeeperCluster::start();
-    let mut took = Vec::new();
-    for trial in 0..10 {
-        let leader = cluster.leader().expect("a leader");
-        let killed = Instant::now();
-        cluster.kill(leader);
-        let new = cluster.wait_for_leader(Duration::from_secs(60)).expect("a new leader");
-        // Serving: a client's request through the new leader answers.
-        took.push(killed.elapsed());
-        eprintln!("trial {trial}: leader {leader} killed, {new} leads after {:?}", killed.elapsed());
-        cluster.restart(leader);
-    }
-    took.sort();
-    eprintln!("failover: min {:?}, median {:?}, max {:?}", took[0], took[took.len() / 2], took[took.len() - 1]);
-}
