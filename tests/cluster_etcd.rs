@@ -59,18 +59,7 @@ async fn the_conformance_core_holds_with_a_follower_down() {
             tokio::task::spawn_blocking(move || c.kill(follower)).await.unwrap();
         }
         eprintln!("conformance on the cluster, {pass}");
-        conformance::exclusive_acquire_with_50_contenders(&h).await;
-        conformance::renew_by_the_holder_only(&h).await;
-        conformance::expiry_frees_the_lock(&h).await;
-        conformance::release_frees_the_lock_at_once(&h).await;
-        conformance::release_with_keep_holds_until_then(&h).await;
-        conformance::revoke_frees_a_min_hold_keep_at_once(&h).await;
-        conformance::abandon_frees_only_this_identitys_lease(&h).await;
-        conformance::tokens_strictly_increase(&h).await;
-        conformance::status_list_and_revoke_agree(&h).await;
-        conformance::revoked_holder_sees_it_at_the_next_renewal(&h).await;
-        conformance::awkward_lock_names(&h).await;
-        conformance::a_release_wakes_a_waiter(&h).await;
+        conformance::the_core_and_expiry(&h).await;
     }
 }
 

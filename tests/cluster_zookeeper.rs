@@ -51,16 +51,7 @@ impl Harness for ClusterHarness {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_conformance_core_holds_on_an_ensemble() {
     let h = ClusterHarness { cluster: tokio::task::spawn_blocking(ZooKeeperCluster::start).await.unwrap() };
-    conformance::exclusive_acquire_with_50_contenders(&h).await;
-    conformance::renew_by_the_holder_only(&h).await;
-    conformance::release_frees_the_lock_at_once(&h).await;
-    conformance::revoke_frees_a_min_hold_keep_at_once(&h).await;
-    conformance::abandon_frees_only_this_identitys_lease(&h).await;
-    conformance::tokens_strictly_increase(&h).await;
-    conformance::status_list_and_revoke_agree(&h).await;
-    conformance::revoked_holder_sees_it_at_the_next_renewal(&h).await;
-    conformance::awkward_lock_names(&h).await;
-    conformance::a_release_wakes_a_waiter(&h).await;
+    conformance::the_core(&h).await;
 }
 
 /// A child that records its pid and runs until stopped.

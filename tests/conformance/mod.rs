@@ -299,6 +299,29 @@ pub async fn a_release_wakes_a_waiter(h: &dyn Harness) {
     won(&*b, &lock, "b", TTL).await;
 }
 
+/// The checks that wait out no lease and restart no server, one after another on one store:
+/// what a cluster's tests run on the cluster (a cluster per check would cost more than the
+/// checks).
+pub async fn the_core(h: &dyn Harness) {
+    exclusive_acquire_with_50_contenders(h).await;
+    renew_by_the_holder_only(h).await;
+    release_frees_the_lock_at_once(h).await;
+    revoke_frees_a_min_hold_keep_at_once(h).await;
+    abandon_frees_only_this_identitys_lease(h).await;
+    tokens_strictly_increase(h).await;
+    status_list_and_revoke_agree(h).await;
+    revoked_holder_sees_it_at_the_next_renewal(h).await;
+    awkward_lock_names(h).await;
+    a_release_wakes_a_waiter(h).await;
+}
+
+/// The core and the two checks that wait out a lease (expiry, a --min-hold keep).
+pub async fn the_core_and_expiry(h: &dyn Harness) {
+    the_core(h).await;
+    expiry_frees_the_lock(h).await;
+    release_with_keep_holds_until_then(h).await;
+}
+
 pub async fn leases_survive_a_restart(h: &dyn Harness) {
     let a = h.open().await;
     let lock = unique("restart");
