@@ -136,7 +136,9 @@ pub const STORES: &[(&str, &str)] = &[
         "etcd://[user:pass@]host:2379[,host2:2379...][/prefix] (etcds:// for TLS)",
         "A lease plus a transaction on the key's create revision (the fencing token: etcd's global revision, \
          so tokens grow but not by one); renewals are keep-alives; waiters queue, and at a release the first in line tries first. Linearizable \
-         through the Raft leader; leases last at least 2 s (etcd's minimum). TLS: etcds:// (or ?tls=1) with the \
+         through the Raft leader; leases last at least 2 s (etcd's minimum). List every member: a request goes \
+         to a member that answers and is not busy with this run, a copy to the next when it hangs, so a \
+         member's loss costs no lease at a --ttl of 11s or more. TLS: etcds:// (or ?tls=1) with the \
          system's CAs or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
     ),
     (
@@ -153,7 +155,9 @@ pub const STORES: &[(&str, &str)] = &[
          age. A --ttl that does not fit is refused (status 2; without --ttl, a run picks one that fits). Needs \
          jetstream { \
          sync_interval: always } to keep acknowledged writes across a crash, and replicas=3 in a cluster; expiry \
-         follows the server's wall clock.",
+         follows the server's wall clock. In a cluster a run keeps two connections, to two servers, and sends \
+         a request again over the other when one hangs; the bucket stream's leader election after a crash \
+         takes 4-14 s, so use --ttl 35s there (and --timeout 20s for one-shot runs).",
     ),
     (
         "zk://[user:pass@]host:2181[,host2:2181...][/path][?tls=1&cacert=FILE]",
@@ -163,7 +167,8 @@ pub const STORES: &[(&str, &str)] = &[
          ZooKeeper leader; a --ttl whose session the server's maxSessionTimeout does not allow is refused \
          (without --ttl, a run picks one that fits). Renewals sync and read the child on its own session; \
          waiters queue, each watching only the one ahead of it (the first, the holder's child). user:pass is the digest scheme, with creator-only ACLs. --min-hold is \
-         judged on wall clocks. Never delete the lock nodes by hand. TLS: ?tls=1&cacert=FILE (the \
+         judged on wall clocks. Never delete the lock nodes by hand. In an ensemble a session leaves a \
+         server that stops answering within a tenth of its timeout. TLS: ?tls=1&cacert=FILE (the \
          secureClientPort), and a client certificate from &cert=FILE&key=FILE.",
     ),
     (
