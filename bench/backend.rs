@@ -117,7 +117,9 @@ impl Backend {
     /// its faults are a node's, not one contender's network. Contender `i`'s URL lists node
     /// `i mod 3` first, so that the holder's preferred node is known.
     pub fn start_cluster(kind: Kind, _contenders: usize) -> Self {
-        use crate::servers::{etcd_cluster::EtcdCluster, nats_cluster::NatsCluster, zookeeper_cluster::ZooKeeperCluster};
+        use crate::servers::{
+            etcd_cluster::EtcdCluster, nats_cluster::NatsCluster, zookeeper_cluster::ZooKeeperCluster,
+        };
         let server = match kind {
             Kind::Etcd => Server::Cluster(Box::new(EtcdCluster::start()), ""),
             Kind::Nats => Server::Cluster(Box::new(NatsCluster::start()), "/faultrun?replicas=3"),

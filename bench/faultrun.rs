@@ -102,7 +102,10 @@ impl Fault {
     /// A fault of one node of a cluster (`--cluster`): never two nodes down at once, so a
     /// quorum always stands.
     fn needs_cluster(self) -> bool {
-        matches!(self, Fault::KillLeaderNode | Fault::FreezeLeaderNode | Fault::KillHolderNode | Fault::FreezeHolderNode)
+        matches!(
+            self,
+            Fault::KillLeaderNode | Fault::FreezeLeaderNode | Fault::KillHolderNode | Fault::FreezeHolderNode
+        )
     }
 
     fn needs_server(self) -> bool {
@@ -738,7 +741,9 @@ fn main() {
     let report = check(&log, &applied, &exits, &run.config);
     let mut out = report.lines.join("\n");
     if run.backend.is_cluster() {
-        out.push_str("\na 3-node cluster; node faults one at a time, each healed (the node answers again) before the next");
+        out.push_str(
+            "\na 3-node cluster; node faults one at a time, each healed (the node answers again) before the next",
+        );
     } else if run.backend.has_server() {
         out.push_str(&format!("\nserver faults restart the server by {}", run.backend.restart_signal()));
     }

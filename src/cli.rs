@@ -157,7 +157,7 @@ pub const STORES: &[(&str, &str)] = &[
          sync_interval: always } to keep acknowledged writes across a crash, and replicas=3 in a cluster; expiry \
          follows the server's wall clock. In a cluster a run keeps two connections, to two servers, and sends \
          a request again over the other when one hangs; the bucket stream's leader election after a crash \
-         takes 4-14 s, so use --ttl 35s there (and --timeout 20s for one-shot runs).",
+         takes 4-14 s, so the defaults there are --ttl 35s, --min-hold 30s and a 15 s one-shot retry.",
     ),
     (
         "zk://[user:pass@]host:2181[,host2:2181...][/path][?tls=1&cacert=FILE]",
@@ -462,21 +462,23 @@ pub struct RunArgs {
     /// Without --wait it bounds how long a one-shot run watches a lease on a store with no
     /// server-side expiry (Kubernetes, S3) whose holder may have died (at most one ttl
     /// otherwise), and how long it retries a store that fails for a moment, such as a cluster
-    /// electing a leader (5s otherwise, and at most half of --min-hold) before it exits 69.
+    /// electing a leader (5s otherwise, 15s on a replicated NATS bucket, and at most half of
+    /// --min-hold) before it exits 69.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TIMEOUT")]
     pub timeout: Option<Duration>,
 
     /// Keep the lease taken until this long after it was acquired, even if the child exits
     /// sooner, so a host whose cron fires a little late does not run the same firing again.
     /// leaderrun does not linger for it: it rewrites the lease's expiry and exits.
-    /// Default: 10s in one-shot mode, 0 with --wait.
+    /// Default: 10s in one-shot mode (30s on a replicated NATS bucket), 0 with --wait.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_MIN_HOLD")]
     pub min_hold: Option<Duration>,
 
     /// Lease duration. A holder that cannot renew for this long loses the lease; a standby
     /// takes over about this long after a holder dies. Default: 15s, or the longest lease the
     /// store keeps if that is shorter (a ZooKeeper server's maxSessionTimeout, a NATS bucket's
-    /// max age; -v says so).
+    /// max age; -v says so), or 35s on a NATS bucket replicated on several servers, whose
+    /// leader election after a server's loss takes up to 15s.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TTL")]
     pub ttl: Option<Duration>,
 

@@ -78,6 +78,8 @@ struct Plan {
     command: CommandSpec,
     spec: StoreSpec,
     conflict_exit_code: u8,
+    /// When the run began, on the elector's clock.
+    started: Duration,
 }
 
 /// `started`: when the run began, on the elector's clock (--timeout counts from then).
@@ -98,6 +100,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         min_hold: args.min_hold,
         server_skew: if spec.expiry_on_server_wall_clock() { args.server_clock_skew } else { Duration::ZERO },
         waiting: args.wait,
+        failover: Duration::ZERO,
     };
     let timing = requested.timing().map_err(|e| usage(e.to_string()))?;
     validate_timeout(args.timeout).map_err(|e| usage(e.to_string()))?;
@@ -123,6 +126,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         command,
         spec,
         conflict_exit_code: args.conflict_exit_code,
+        started,
     })
 }
 

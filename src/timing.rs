@@ -32,6 +32,13 @@ pub const ONE_SHOT_MIN_HOLD: Duration = Duration::from_secs(10);
 /// store (see `Timing::one_shot_retry`), long enough for an election at the engines' defaults.
 pub const ONE_SHOT_RETRY: Duration = Duration::from_secs(5);
 
+/// What a renewal window must leave beyond a store's failover (`Requested::default_ttl`): a
+/// copy of the renewal sent after the failover, and its answer.
+const FAILOVER_SLACK: Duration = Duration::from_secs(2);
+
+/// Longest ttl a store's failover may raise the default to.
+const MAX_DEFAULT_TTL: Duration = Duration::from_secs(120);
+
 /// Default --ttl, when the store allows it (a store may cap it: see `Requested::fit`).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 
@@ -55,20 +62,40 @@ pub struct Requested {
     pub server_skew: Duration,
     /// --wait (min-hold defaults to 0 then).
     pub waiting: bool,
+    /// Not a flag: how long the store says it may take to serve again after losing one of
+    /// its servers, when that is longer than these defaults allow for (`Store::failover`; zero
+    /// otherwise). The defaults then grow to ride it out (DESIGN.md §9).
+    pub failover: Duration,
 }
 
 impl Requested {
     /// The timings, with defaults scaled to the ttl: --renew-every a third of it,
     /// --kill-after a third of it up to 5 s.
     pub fn timing(&self) -> Result<Timing, TimingError> {
-        self.with_ttl(self.ttl.unwrap_or(DEFAULT_TTL))
+        self.with_ttl(self.ttl.unwrap_or_else(|| self.default_ttl()))
+    }
+
+    /// 15 s, or, for a store whose failover takes longer than that allows for, the shortest
+    /// whole-second ttl whose renewals ride it out: one renewal may go out just before a node
+    /// is lost, and the store must have answered it (or its copy) before the stop time, so the
+    /// time from a renewal's sending to the stop signal must cover the failover and
+    /// `FAILOVER_SLACK`.
+    fn default_ttl(&self) -> Duration {
+        if self.failover.is_zero() {
+            return DEFAULT_TTL;
+        }
+        let rides_it_out = |t: &Timing| t.renew_window() >= self.failover + FAILOVER_SLACK;
+        (DEFAULT_TTL.as_secs()..=MAX_DEFAULT_TTL.as_secs())
+            .map(Duration::from_secs)
+            .find(|ttl| self.with_ttl(*ttl).is_ok_and(|t| rides_it_out(&t)))
+            .unwrap_or(MAX_DEFAULT_TTL)
     }
 
     /// The timings for a store that keeps leases of at most `longest`. Without --ttl the
     /// longest ttl up to the default that fits is used (`Some`); an explicit --ttl is left
     /// for the store to judge (`None`: keep `timing()`).
     pub fn fit(&self, longest: Duration) -> Option<Result<Timing, TimingError>> {
-        if self.ttl.is_some() || longest >= DEFAULT_TTL {
+        if self.ttl.is_some() || longest >= self.default_ttl() {
             return None;
         }
         // Whole milliseconds, rounded down: "the longest that fits" must still fit.
@@ -84,8 +111,12 @@ impl Requested {
     fn with_ttl(&self, ttl: Duration) -> Result<Timing, TimingError> {
         let renew_every = self.renew_every.unwrap_or(ttl / 3);
         let kill_after = self.kill_after.unwrap_or((ttl / 3).min(DEFAULT_KILL_AFTER));
-        let min_hold = self.min_hold.unwrap_or(if self.waiting { Duration::ZERO } else { ONE_SHOT_MIN_HOLD });
-        let timing = Timing { ttl, renew_every, kill_after, min_hold, server_skew: self.server_skew };
+        // A one-shot run retries for as long as the store's failover may last (`one_shot_retry`),
+        // and its keep lasts twice that by default, so that a late host still meets it.
+        let one_shot_keep = ONE_SHOT_MIN_HOLD.max(self.failover * 2);
+        let min_hold = self.min_hold.unwrap_or(if self.waiting { Duration::ZERO } else { one_shot_keep });
+        let timing =
+            Timing { ttl, renew_every, kill_after, min_hold, server_skew: self.server_skew, failover: self.failover };
         timing.validate(self)?;
         Ok(timing)
     }
@@ -98,6 +129,8 @@ pub struct Timing {
     pub renew_every: Duration,
     pub kill_after: Duration,
     pub min_hold: Duration,
+    /// The store's failover, as `Requested::failover` (zero for most stores).
+    pub failover: Duration,
     /// How far the store's servers' wall clocks may differ (zero where expiry is not judged
     /// on them): a failover can bring the lease's expiry that much closer.
     pub server_skew: Duration,
@@ -199,21 +232,29 @@ impl Timing {
     /// connection, a database failover) still leaves time for another before the child must
     /// be stopped.
     pub fn renew_timeout(&self) -> Duration {
-        let window = self.safe_lease().saturating_sub(self.renew_every + self.kill_after);
+        let window = self.renew_window();
         (window / 2).max(Duration::from_millis(1))
     }
 
-    /// How long a one-shot run without --timeout retries transient store failures: 5 s, and
-    /// never more than half its --min-hold. A host whose retry gets through late then still
-    /// finds the lock kept by a host that ran the same firing at once (the keep lasts
-    /// --min-hold from that acquisition), with the other half left for cron firing a little
-    /// apart on the hosts. With --min-hold 0 there is no keep to stay within: 5 s.
+    /// How long a one-shot run without --timeout retries transient store failures: 5 s (or
+    /// the store's failover, if longer), and never more than half its --min-hold. A host whose
+    /// retry gets through late then still finds the lock kept by a host that ran the same
+    /// firing at once (the keep lasts --min-hold from that acquisition), with the other half
+    /// left for cron firing a little apart on the hosts. With --min-hold 0 there is no keep to
+    /// stay within.
     pub fn one_shot_retry(&self) -> Duration {
+        let retry = ONE_SHOT_RETRY.max(self.failover);
         if self.min_hold.is_zero() {
-            ONE_SHOT_RETRY
+            retry
         } else {
-            ONE_SHOT_RETRY.min(self.min_hold / 2)
+            retry.min(self.min_hold / 2)
         }
+    }
+
+    /// From a renewal's sending to the stop signal, if no renewal confirms: what a store's
+    /// failover must fit in (DESIGN.md §9).
+    pub fn renew_window(&self) -> Duration {
+        self.safe_lease().saturating_sub(self.renew_every + self.kill_after)
     }
 
     /// Pause before retrying a renewal that failed at once (one that timed out is retried
@@ -249,6 +290,7 @@ mod tests {
             min_hold: None,
             server_skew: Duration::ZERO,
             waiting: true,
+            failover: Duration::ZERO,
         }
     }
 
@@ -365,5 +407,22 @@ mod tests {
         assert_eq!(one_shot(Some(4.0)).one_shot_retry(), s(2.0));
         assert_eq!(one_shot(Some(60.0)).one_shot_retry(), s(5.0));
         assert_eq!(one_shot(Some(0.0)).one_shot_retry(), s(5.0), "no keep to stay within");
+    }
+
+    #[test]
+    fn a_store_with_a_long_failover_gets_defaults_that_ride_it_out() {
+        // A replicated NATS bucket: its stream's leader may take 15 s to be elected again.
+        let one_shot = Requested { waiting: false, failover: s(15.0), ..asked(None, None, None) }.timing().unwrap();
+        assert_eq!(one_shot.ttl, s(35.0), "the shortest whole-second ttl whose window covers 15 s + 2 s");
+        assert!(one_shot.renew_window() >= s(17.0), "{:?}", one_shot.renew_window());
+        let shorter = Requested { ttl: Some(s(34.0)), ..asked(None, None, None) }.timing().unwrap();
+        assert!(shorter.renew_window() < s(17.0), "35 s is the shortest: {:?}", shorter.renew_window());
+        assert_eq!(one_shot.min_hold, s(30.0), "a keep twice the retry");
+        assert_eq!(one_shot.one_shot_retry(), s(15.0));
+        // What the user gives stands.
+        let given = Requested { failover: s(15.0), ..asked(Some(15.0), None, None) }.timing().unwrap();
+        assert_eq!(given.ttl, s(15.0));
+        // A store whose failover the defaults already ride out changes nothing.
+        assert_eq!(asked(None, None, None).timing().unwrap().ttl, DEFAULT_TTL);
     }
 }

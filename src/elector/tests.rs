@@ -150,6 +150,7 @@ fn timing_of(ttl: Duration, renew_every: Duration, kill_after: Duration, min_hol
         min_hold: Some(min_hold),
         server_skew: Duration::ZERO,
         waiting: true,
+        failover: Duration::ZERO,
     }
     .timing()
     .unwrap()

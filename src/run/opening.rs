@@ -129,6 +129,7 @@ pub(super) async fn open_and_fit(
 /// maxSessionTimeout, a NATS bucket's max age) gets the longest ttl that fits, with the other
 /// defaults scaled to it. An explicit --ttl is left for the store to accept or refuse.
 async fn fit_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Retrying<'_>) -> Result<(), u8> {
+    fit_to_failover(plan, store, retrying).await?;
     fit_keep_to_store(plan, store, retrying).await?;
     if plan.requested.ttl.is_some() {
         return Ok(());
@@ -145,6 +146,42 @@ async fn fit_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Retryin
         kill_after = %humantime::format_duration(timing.kill_after),
         "the store keeps leases for less than the default --ttl: using the longest that fits"
     );
+    plan.election.timing = timing;
+    Ok(())
+}
+
+/// A store whose failover takes longer than the defaults ride out (a replicated NATS bucket)
+/// gets defaults that do: a longer ttl (unless --ttl was given), a one-shot retry as long as
+/// the failover (unless --timeout was given) and a keep twice that (unless --min-hold was).
+async fn fit_to_failover(plan: &mut Plan, store: &dyn Store, retrying: &mut Retrying<'_>) -> Result<(), u8> {
+    let bound = Some(plan.election.timing.request_timeout());
+    let Some(failover) = retrying.call("learn the store's failover time", bound, || store.failover()).await? else {
+        return Ok(());
+    };
+    plan.requested.failover = failover;
+    let timing = plan.requested.timing().map_err(|e| fail(exit::USAGE, e))?;
+    if let Mode::OneShot { until: None, .. } = plan.election.mode {
+        let retry_until = plan.started + timing.one_shot_retry();
+        plan.election.mode = Mode::OneShot { until: None, retry_until };
+        retrying.give_up = Some(retry_until);
+    }
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    tracing::info!(
+        failover = %show(failover),
+        ttl = %show(timing.ttl),
+        min_hold = %show(timing.min_hold),
+        "the store may take this long to serve again after losing a server: defaults that ride it out"
+    );
+    if timing.renew_window() < failover + Duration::from_secs(2) {
+        // The user's own --ttl (or timings): said once, at -v, not mailed by cron at each firing.
+        tracing::info!(
+            "--ttl {} leaves {} between a renewal and the stop signal, less than the store's failover ({}) \
+             and a renewal's copy: losing a server may cost the lease",
+            show(timing.ttl),
+            show(timing.renew_window()),
+            show(failover)
+        );
+    }
     plan.election.timing = timing;
     Ok(())
 }

@@ -223,6 +223,15 @@ pub trait Store: Send + Sync {
         Ok(None)
     }
 
+    /// How long this store may take to serve again after losing one of its servers, if that is
+    /// longer than leaderrun's defaults ride out (DESIGN.md §9): a NATS bucket replicated on
+    /// several servers, whose stream's leader election takes up to 15 s. Without --ttl a run
+    /// then takes a ttl whose renewals ride it out, and a one-shot run without --timeout
+    /// retries that long (its default --min-hold twice that).
+    async fn failover(&self) -> Result<Option<Duration>> {
+        Ok(None)
+    }
+
     /// The longest --min-hold this store can keep a lock for after its child exits, if it sets
     /// a limit of its own (a NATS bucket without per-message TTL keeps a released entry for its
     /// max age, no longer). A shorter default is capped to it; a longer --min-hold is refused.

@@ -129,6 +129,7 @@ mod tests {
                 min_hold: None,
                 server_skew: Duration::ZERO,
                 waiting: true,
+                failover: Duration::ZERO,
             }
             .timing()
             .unwrap();

@@ -225,6 +225,8 @@ struct Bucket {
     max_age: Duration,
     /// Without per-message TTL: Choria's campaign in it, or why Choria refuses the bucket.
     choria: Option<std::result::Result<Choria, String>>,
+    /// How many servers hold the bucket's stream (its leader is elected among them).
+    replicas: usize,
 }
 
 impl Bucket {
@@ -385,7 +387,9 @@ impl NatsStore {
         };
         let choria = (!info.allow_message_ttl && !info.max_age.is_zero()).then(|| Choria::for_max_age(info.max_age));
         let markers = info.subject_delete_marker_ttl.is_some_and(|ttl| !ttl.is_zero());
-        let bucket = Bucket { stream, kv, allow_ttl: info.allow_message_ttl, markers, max_age: info.max_age, choria };
+        let replicas = info.num_replicas;
+        let bucket =
+            Bucket { stream, kv, allow_ttl: info.allow_message_ttl, markers, max_age: info.max_age, choria, replicas };
         Ok(Some(self.bucket.get_or_init(|| async { bucket }).await))
     }
 
@@ -787,6 +791,13 @@ impl Store for NatsStore {
     /// The longest ttl `check_ttl` lets through: in a Choria bucket one campaign interval +
     /// 200 ms, else the bucket's max age (it caps a per-message TTL too). None without a max
     /// age: per-message TTL sets no limit. A bucket that cannot hold leases is refused here.
+    /// A replicated bucket's stream elects a new leader after losing its leader server: up to
+    /// `cluster::STREAM_ELECTION`. One server's bucket has no election to ride out.
+    async fn failover(&self) -> Result<Option<Duration>> {
+        let replicated = self.bucket().await?.is_some_and(|bucket| bucket.replicas > 1);
+        Ok(replicated.then_some(cluster::STREAM_ELECTION))
+    }
+
     async fn longest_ttl(&self) -> Result<Option<Duration>> {
         let Some(bucket) = self.bucket().await? else {
             return Ok(None);
