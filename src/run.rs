@@ -100,7 +100,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         min_hold: args.min_hold,
         server_skew: if spec.expiry_on_server_wall_clock() { args.server_clock_skew } else { Duration::ZERO },
         waiting: args.wait,
-        failover: Duration::ZERO,
+        failover: spec.known_failover(),
     };
     let timing = requested.timing().map_err(|e| usage(e.to_string()))?;
     validate_timeout(args.timeout).map_err(|e| usage(e.to_string()))?;

@@ -1,6 +1,7 @@
 //! Choosing a store from `--store URL`, and showing a URL without its password.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::{Store, StoreError};
 
@@ -57,6 +58,17 @@ impl StoreSpec {
 
     /// Whether the store judges expiry on its servers' wall clocks, so that a failover to a
     /// server whose clock differs moves every lease's expiry by the difference.
+    /// The store's failover as the URL alone tells it (`Store::failover`), known before anything
+    /// connects, so that opening the store rides it out too: a NATS bucket asked for with
+    /// `?replicas=` above 1. Zero for any other.
+    pub fn known_failover(&self) -> Duration {
+        match self {
+            #[cfg(feature = "nats")]
+            StoreSpec::Nats(target) => target.failover().unwrap_or_default(),
+            _ => Duration::ZERO,
+        }
+    }
+
     pub fn expiry_on_server_wall_clock(&self) -> bool {
         match self {
             StoreSpec::Sqlite { .. } => false,

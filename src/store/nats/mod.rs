@@ -794,6 +794,10 @@ impl Store for NatsStore {
     /// A replicated bucket's stream elects a new leader after losing its leader server: up to
     /// `cluster::STREAM_ELECTION`. One server's bucket has no election to ride out.
     async fn failover(&self) -> Result<Option<Duration>> {
+        if self.replicas > 1 {
+            // Asked for in the URL: known without a request (which the election may hold up).
+            return Ok(Some(cluster::STREAM_ELECTION));
+        }
         let replicated = self.bucket().await?.is_some_and(|bucket| bucket.replicas > 1);
         Ok(replicated.then_some(cluster::STREAM_ELECTION))
     }

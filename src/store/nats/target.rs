@@ -47,6 +47,12 @@ impl std::fmt::Debug for Auth {
 }
 
 impl Target {
+    /// A bucket replicated on several servers elects its stream's leader again after losing
+    /// it: the failover the run's defaults must ride out (`cluster::STREAM_ELECTION`).
+    pub fn failover(&self) -> Option<std::time::Duration> {
+        (self.replicas > 1).then_some(super::cluster::STREAM_ELECTION)
+    }
+
     /// Parse a `nats://` URL; the error is a bare reason, naming the part, and never the
     /// password or token.
     pub fn parse(url: &str) -> std::result::Result<Self, String> {
