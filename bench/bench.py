@@ -2293,7 +2293,8 @@ def cluster_section(results: dict, cfg: dict) -> list:
                       "old-child columns), so the standby's child starts beside it (the overlaps column).", ""]
 
     parts += ["### 7b. A node lost under a holder, at the default timings", "",
-              "A `--wait` holder with no timing flags (ttl 15 s, a renewal every 5 s) whose URL lists the faulted "
+              "A `--wait` holder with no timing flags (ttl 15 s, a renewal every 5 s; on the replicated NATS bucket "
+              "35 s and 11.7 s, the defaults there since its stream's election may take 15 s) whose URL lists the faulted "
               "node first, and a `--wait` standby on the same lock whose URL lists another node first. "
               f"{cfg['cluster_fault_after']:g} s after the holder's child started, the fault; then "
               f"{cfg['cluster_watch']:g} s watched (a frozen node is thawed after {cfg['cluster_freeze']:g} s). "
