@@ -1,4 +1,4 @@
-//! The short fault runs: a few dozen faults against `leaderrun --wait` contenders, on the
+//! The short fault runs: a dozen or two faults against `leaderrun --wait` contenders, on the
 //! embedded store, on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers, on the test Kubernetes
 //! API server, moto's S3, fake-gcs-server and Google's Datastore emulator (started by the run itself,
 //! with server kill/restart, freeze and network faults); each fails on any overlapping
@@ -35,57 +35,57 @@ fn short_run(store: &str, faults: usize) {
 
 #[test]
 fn short_fault_run_on_sqlite_finds_no_overlap() {
-    short_run("sqlite", 30);
+    short_run("sqlite", 20);
 }
 
 #[test]
 fn short_fault_run_on_postgres_finds_no_overlap() {
-    short_run("postgres", 20);
+    short_run("postgres", 12);
 }
 
 #[test]
 fn short_fault_run_on_mariadb_finds_no_overlap() {
-    short_run("mariadb", 20);
+    short_run("mariadb", 12);
 }
 
 #[test]
 fn short_fault_run_on_redis_finds_no_overlap() {
-    short_run("redis", 20);
+    short_run("redis", 12);
 }
 
 #[test]
 fn short_fault_run_on_etcd_finds_no_overlap() {
-    short_run("etcd", 20);
+    short_run("etcd", 12);
 }
 
 #[test]
 fn short_fault_run_on_nats_finds_no_overlap() {
-    short_run("nats", 20);
+    short_run("nats", 12);
 }
 
 #[test]
 fn short_fault_run_on_zookeeper_finds_no_overlap() {
-    short_run("zookeeper", 20);
+    short_run("zookeeper", 12);
 }
 
 #[test]
 fn short_fault_run_on_kubernetes_finds_no_overlap() {
-    short_run("kubernetes", 20);
+    short_run("kubernetes", 12);
 }
 
 #[test]
 fn short_fault_run_on_gcs_finds_no_overlap() {
-    short_run("gcs", 20);
+    short_run("gcs", 12);
 }
 
 #[test]
 fn short_fault_run_on_s3_finds_no_overlap() {
-    short_run("s3", 20);
+    short_run("s3", 12);
 }
 
 /// The emulator restarts by SIGTERM only (a SIGKILL loses its data); tokens compare within
 /// one run of it (its version counter starts again).
 #[test]
 fn short_fault_run_on_datastore_finds_no_overlap() {
-    short_run("datastore", 20);
+    short_run("datastore", 12);
 }
