@@ -34,6 +34,7 @@ pub mod redis;
 mod release_feed;
 #[cfg(feature = "s3")]
 pub mod s3;
+mod spec_timing;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod url;

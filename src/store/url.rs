@@ -1,7 +1,6 @@
 //! Choosing a store from `--store URL`, and showing a URL without its password.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use super::{Store, StoreError};
 
@@ -54,48 +53,6 @@ impl StoreSpec {
     /// Parse a store URL (for tests and tools: `parse` is what the command line uses).
     pub fn from_url(url: &str) -> Result<Self, String> {
         parse(Some(url), || Err("no state directory".into()))
-    }
-
-    /// Whether the store judges expiry on its servers' wall clocks, so that a failover to a
-    /// server whose clock differs moves every lease's expiry by the difference.
-    /// The store's failover as the URL alone tells it (`Store::failover`), known before anything
-    /// connects, so that opening the store rides it out too: a NATS bucket asked for with
-    /// `?replicas=` above 1. Zero for any other.
-    pub fn known_failover(&self) -> Duration {
-        match self {
-            #[cfg(feature = "nats")]
-            StoreSpec::Nats(target) => target.failover().unwrap_or_default(),
-            _ => Duration::ZERO,
-        }
-    }
-
-    pub fn expiry_on_server_wall_clock(&self) -> bool {
-        match self {
-            StoreSpec::Sqlite { .. } => false,
-            #[cfg(feature = "postgres")]
-            StoreSpec::Postgres(_) => true,
-            #[cfg(feature = "mysql")]
-            StoreSpec::MySql(_) => true,
-            #[cfg(feature = "redis")]
-            StoreSpec::Redis(_) => true,
-            #[cfg(feature = "etcd")]
-            StoreSpec::Etcd(_) => false,
-            #[cfg(feature = "nats")]
-            StoreSpec::Nats(_) => true,
-            #[cfg(feature = "zookeeper")]
-            StoreSpec::ZooKeeper(_) => false,
-            // Client-timed: no expiry on the server at all.
-            #[cfg(feature = "kubernetes")]
-            StoreSpec::Kubernetes(_) => false,
-            // Client-timed: no lease is judged on any server's clock.
-            #[cfg(feature = "s3")]
-            StoreSpec::S3(_) => false,
-            #[cfg(feature = "gcs")]
-            StoreSpec::Gcs(_) => false,
-            // Client-timed too.
-            #[cfg(feature = "datastore")]
-            StoreSpec::Datastore(_) => false,
-        }
     }
 
     /// Whether this store can keep a lock of this name (beyond `validate_lock_name`'s

@@ -337,50 +337,6 @@ impl EtcdStore {
             TxnRequest { compare: vec![wire::mod_revision_is(&key, mod_revision)], success: then, failure: vec![] };
         Ok(self.txn(op, txn).await?.succeeded)
     }
-
-    /// Whether this store waits on `lock` and its last wait did not end with it first in line
-    /// at a release: the lock is then most likely still held, and an acquire reads before it
-    /// grants a lease (which it would have to revoke).
-    fn quietly_watching(&self, lock: &str) -> bool {
-        match self.waiting.try_lock() {
-            Ok(slot) => slot.as_ref().is_some_and(|w| w.lock == lock && !w.woke),
-            Err(_) => false,
-        }
-    }
-
-    /// The queue keys an acquire of `lock` deletes if it wins: this store's entry and those it
-    /// passed (none if it does not wait on `lock`).
-    fn leaving(&self, lock: &str) -> Vec<Vec<u8>> {
-        match self.waiting.try_lock() {
-            Ok(slot) => slot.as_ref().filter(|w| w.lock == lock).map(Waiting::leaving).unwrap_or_default(),
-            Err(_) => Vec::new(),
-        }
-    }
-
-    /// An acquire found `lock` held in a read at `revision`: if this store waits on it, the
-    /// turn its watch may still show as open is over.
-    fn note_held(&self, lock: &str, revision: Option<i64>) {
-        if let (Ok(mut slot), Some(revision)) = (self.waiting.try_lock(), revision) {
-            if let Some(waiting) = slot.as_mut().filter(|w| w.lock == lock) {
-                waiting.held_at(revision);
-            }
-        }
-    }
-
-    /// A waiting campaign is over (this store holds the lock now): close the watch, and keep
-    /// the queue entry's lease to revoke at release.
-    fn stop_watching(&self) {
-        if let Ok(mut slot) = self.waiting.try_lock() {
-            if let Some(place) = slot.take().and_then(Waiting::into_place) {
-                *self.spent.lock().unwrap_or_else(PoisonError::into_inner) = Some(place);
-            }
-        }
-    }
-
-    /// The lease of this store's spent queue entry, if any (once).
-    fn spent(&self) -> Option<Place> {
-        self.spent.lock().unwrap_or_else(PoisonError::into_inner).take()
-    }
 }
 
 fn no_answer(shown: &str) -> StoreError {

@@ -9,6 +9,8 @@
 //! keep-alive for the entry's lease: no timer of its own, so that a store nobody calls
 //! `changed` on lets its entry lapse.
 
+use std::sync::PoisonError;
+
 use futures_util::FutureExt;
 use tokio::time::{sleep_until, Instant};
 use tonic::{Status, Streaming};
@@ -99,6 +101,53 @@ fn absorb(
             Ok(true)
         }
         None => Ok(false),
+    }
+}
+
+/// The waiting slot, as an acquire and a release see it.
+impl EtcdStore {
+    /// Whether this store waits on `lock` and its last wait did not end with it first in line
+    /// at a release: the lock is then most likely still held, and an acquire reads before it
+    /// grants a lease (which it would have to revoke).
+    pub(super) fn quietly_watching(&self, lock: &str) -> bool {
+        match self.waiting.try_lock() {
+            Ok(slot) => slot.as_ref().is_some_and(|w| w.lock == lock && !w.woke),
+            Err(_) => false,
+        }
+    }
+
+    /// The queue keys an acquire of `lock` deletes if it wins: this store's entry and those it
+    /// passed (none if it does not wait on `lock`).
+    pub(super) fn leaving(&self, lock: &str) -> Vec<Vec<u8>> {
+        match self.waiting.try_lock() {
+            Ok(slot) => slot.as_ref().filter(|w| w.lock == lock).map(Waiting::leaving).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// An acquire found `lock` held in a read at `revision`: if this store waits on it, the
+    /// turn its watch may still show as open is over.
+    pub(super) fn note_held(&self, lock: &str, revision: Option<i64>) {
+        if let (Ok(mut slot), Some(revision)) = (self.waiting.try_lock(), revision) {
+            if let Some(waiting) = slot.as_mut().filter(|w| w.lock == lock) {
+                waiting.held_at(revision);
+            }
+        }
+    }
+
+    /// A waiting campaign is over (this store holds the lock now): close the watch, and keep
+    /// the queue entry's lease to revoke at release.
+    pub(super) fn stop_watching(&self) {
+        if let Ok(mut slot) = self.waiting.try_lock() {
+            if let Some(place) = slot.take().and_then(Waiting::into_place) {
+                *self.spent.lock().unwrap_or_else(PoisonError::into_inner) = Some(place);
+            }
+        }
+    }
+
+    /// The lease of this store's spent queue entry, if any (once).
+    pub(super) fn spent(&self) -> Option<Place> {
+        self.spent.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 
