@@ -42,7 +42,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("75", "The lease was lost while the child ran (taken by another holder, force-released, or not renewed in time); the child was stopped."),
     ("126", "COMMAND was found but could not be executed."),
     ("127", "COMMAND was not found."),
-    ("1", "From leaderrun status: the lock is free (0: held). From leaderrun release: the lock was not held (0: released)."),
+    ("1", "From leaderrun status and leaderrun check: the lock is free, or not held by that token (0: held). From leaderrun release: the lock was not held (0: released)."),
 ];
 
 /// Variables leaderrun sets for the child: (name, meaning).
@@ -50,6 +50,7 @@ pub const CHILD_ENVIRONMENT: &[(&str, &str)] = &[
     ("LEADERRUN_LOCK", "The lock name."),
     ("LEADERRUN_IDENTITY", "This run's identity."),
     ("LEADERRUN_FENCING_TOKEN", "An integer that strictly increases with every acquisition of this lock name. Pass it to whatever the child writes so that stale writers can be refused."),
+    ("LEADERRUN_LEASE_FILE", "A small file holding the parent's stop time on CLOCK_BOOTTIME and the token, which `leaderrun check` in the child reads instead of the store."),
 ];
 
 /// Said once, after the child's variables.
@@ -319,7 +320,7 @@ fn hanging(lead: &str, body: &str) -> String {
     after_long_help = after_long_help(),
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    override_usage = "leaderrun [OPTIONS] --lock <NAME> [--] <COMMAND> [ARGS]...\n       leaderrun <status|list|release> [OPTIONS]"
+    override_usage = "leaderrun [OPTIONS] --lock <NAME> [--] <COMMAND> [ARGS]...\n       leaderrun <status|list|release|watch|check|init> [OPTIONS]"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -363,6 +364,46 @@ pub enum Command {
         common: CommonArgs,
         #[command(flatten)]
         output: JsonArg,
+    },
+    /// Follow a lock: print its state, then one line at each change, until SIGINT or SIGTERM.
+    ///
+    /// Changes: acquired, released, revoked (asked to stand down), expired, kept (for
+    /// --min-hold), taken (by a new holder without a free moment between). With -v also
+    /// renewed, where a renewal shows in the store. On a store that pushes changes (etcd,
+    /// NATS, ZooKeeper, Kubernetes, PostgreSQL, Redis, SQLite) it asks nothing while nothing
+    /// changes; elsewhere it reads the lock once a second. An unreachable store is said once,
+    /// and again when it is back. Exit status: 0 after SIGINT or SIGTERM, or when the reader
+    /// of its output goes away; 2 for bad usage.
+    Watch {
+        #[command(flatten)]
+        lock: LockArg,
+        #[command(flatten)]
+        common: CommonArgs,
+        /// One JSON object a line: status --json's fields, plus "event" and "at" (RFC 3339).
+        #[arg(long, env = "LEADERRUN_JSON")]
+        json: bool,
+    },
+    /// Exit 0 if a lock is held now (by the lease with --token, if given), 1 if not.
+    ///
+    /// Inside a leaderrun child, with no --lock or the child's own lock, it answers from the
+    /// parent's lease: no request, no credentials, well under a millisecond. It says no once
+    /// the parent's stop time has come (the instant the child gets its stop signal), even if
+    /// the parent is frozen and cannot answer: `leaderrun check && publish-report`. This
+    /// narrows the window in which a child that lost its lease still acts; it does not close
+    /// it (a write already on its way still lands): a fencing token checked by the resource
+    /// written to closes it. Anywhere else it reads the store, as linearizably as the store
+    /// can. Exit status: 0 held, 1 not held, 2 bad usage, 69 the store cannot tell.
+    Check {
+        /// The lock to ask about. Default: LEADERRUN_LOCK, the lock of the leaderrun whose child
+        /// this is.
+        #[arg(long, value_name = "NAME")]
+        lock: Option<String>,
+        /// Say yes only for this fencing token: the lease that token was given with. Default
+        /// inside a leaderrun child, for its own lock: LEADERRUN_FENCING_TOKEN.
+        #[arg(long, value_name = "N")]
+        token: Option<u64>,
+        #[command(flatten)]
+        common: CommonArgs,
     },
     /// Create the store's table now, or print the SQL that does it.
     ///
@@ -513,6 +554,22 @@ pub struct RunArgs {
     #[arg(long, value_name = "STR")]
     pub identity: Option<String>,
 
+    /// Serve /healthz, /readyz and /metrics (Prometheus) on ADDR (HOST:PORT, or :PORT for
+    /// every interface), in leaders and standbys alike.
+    ///
+    /// /healthz is 200 while the run goes on and the store answered within the last ttl;
+    /// /readyz is 200 only while this run holds the lease and its child runs (a Kubernetes
+    /// readinessProbe then routes a Service to the leader alone). A standby then reads the
+    /// lock at least every ttl/2, so that its health means something. Nothing is served without it.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_addr, env = "LEADERRUN_HTTP")]
+    pub http: Option<std::net::SocketAddr>,
+
+    /// While this run leads, keep PATH holding {"lock", "identity", "token", "since"} as JSON,
+    /// replaced whole at each change. It is removed when leadership ends, before leaderrun
+    /// exits (by the watchdog if leaderrun itself dies). Its directory must exist.
+    #[arg(long, value_name = "PATH", env = "LEADERRUN_LEADER_FILE")]
+    pub leader_file: Option<std::path::PathBuf>,
+
     /// Exit status when the lease is held by another (one-shot) or --timeout runs out.
     #[arg(short = 'E', long, value_name = "N", default_value_t = 0, env = "LEADERRUN_CONFLICT_EXIT_CODE")]
     pub conflict_exit_code: u8,
@@ -533,6 +590,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     humantime::parse_duration(trimmed)
         .map_err(|e| format!("'{trimmed}' is not a duration ({e}; write e.g. 15s, 1500ms, 2m)"))
+}
+
+/// HOST:PORT, or :PORT for every interface (as Prometheus' exporters take it).
+fn parse_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let text = text.trim();
+    let full = if text.starts_with(':') { format!("0.0.0.0{text}") } else { text.to_string() };
+    match full.to_socket_addrs() {
+        Ok(mut addrs) => addrs.next().ok_or_else(|| format!("'{text}' names no address")),
+        Err(_) => Err(format!("'{text}' is not HOST:PORT or :PORT (write e.g. 127.0.0.1:9090 or :9090)")),
+    }
 }
 
 fn parse_signal_arg(text: &str) -> Result<nix::sys::signal::Signal, String> {

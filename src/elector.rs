@@ -22,6 +22,7 @@ use tokio::time::timeout;
 
 use crate::child::signals::ends_the_run;
 use crate::clock::{sleep_until, Clock};
+use crate::observe::{Attempt, ChildEnd, Event, Observer, Observers, Renewal};
 use crate::payload::{ChildExit, Payload, StartError};
 use crate::store::{Acquire, Lease, LockRecord, Renew, Store, StoreError};
 use crate::timing::Timing;
@@ -70,6 +71,10 @@ pub struct Election {
     pub mode: Mode,
     /// The stop signal for the payload.
     pub stop: Signal,
+    /// Longest a standby goes without asking the store, when something judges the run's
+    /// health by its store's answers (--http, systemd's watchdog). None: as long as the store
+    /// allows (an idle standby on a store that pushes changes may ask nothing for a minute).
+    pub heartbeat: Option<Duration>,
 }
 
 /// How a run ended.
@@ -138,6 +143,7 @@ pub struct Elector {
     clock: Arc<dyn Clock>,
     election: Election,
     signals: UnboundedReceiver<Signal>,
+    observer: Arc<dyn Observer>,
 }
 
 impl Elector {
@@ -147,7 +153,13 @@ impl Elector {
         election: Election,
         signals: UnboundedReceiver<Signal>,
     ) -> Self {
-        Self { store, clock, election, signals }
+        Self { store, clock, election, signals, observer: Arc::new(Observers::none()) }
+    }
+
+    /// Report what happens to `observer` (DESIGN.md §9: it only reports).
+    pub fn observed_by(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
     }
 
     /// Campaign, then run the payload while leading.
@@ -178,6 +190,7 @@ impl Elector {
         // The token of a lease of this run's own that it gave back (once only: if the store did
         // not free it, it lapses at its expiry like any other lease).
         let mut ghost = None;
+        self.observer.event(&Event::Campaigning { lock: &self.election.lock });
         loop {
             let sent = self.now();
             let store = self.store.clone();
@@ -198,6 +211,11 @@ impl Elector {
                 Ok(Ok(Acquire::Unproven { decide_in, .. })) => Some(*decide_in),
                 _ => None,
             };
+            self.observer.event(&Event::Attempted(match &result {
+                Ok(Ok(Acquire::Won(_) | Acquire::Confirm { .. })) => Attempt::Won,
+                Ok(Ok(Acquire::Held(record) | Acquire::Unproven { record, .. })) => Attempt::Held(record),
+                Ok(Err(_)) | Err(_) => Attempt::Failed,
+            }));
             let failure = match result {
                 Ok(Ok(Acquire::Won(lease))) => {
                     if self.now() < timing.stop_at(timing.deadline_after(sent)) {
@@ -316,6 +334,7 @@ impl Elector {
             None if self.store.sees_expiry() => SAFETY_RECHECK,
             None => record.expires_in.map_or(RECHECK, |left| (left + MARGIN_AFTER_EXPIRY).min(SAFETY_RECHECK)),
         };
+        let recheck = self.election.heartbeat.map_or(recheck, |beat| recheck.min(beat));
         recheck.max(RECHECK_FLOOR)
     }
 
@@ -323,13 +342,16 @@ impl Elector {
     async fn lead(&mut self, payload: &mut dyn Payload, lease: Lease, sent: Duration) -> Outcome {
         let timing = self.timing();
         let deadline = timing.deadline_after(sent);
+        self.observer.event(&Event::Elected { lease: &lease, stop_at: timing.stop_at(deadline) });
         if let Err(err) = payload.start(&lease, deadline).await {
             // Nothing ran: free the lease at once rather than holding it for --min-hold.
+            self.observer.event(&Event::Released);
             self.release(&lease, Duration::ZERO).await;
             return Outcome::StartFailed(err);
         }
+        self.observer.event(&Event::ChildStarted);
         tracing::info!(lock = %lease.lock, token = lease.token, identity = %lease.identity, "elected; child started");
-        let mut term = Term::new(lease, timing, self.election.stop, sent);
+        let mut term = Term::new(lease, timing, self.election.stop, sent, self.observer.clone());
         let exit = loop {
             // The clock first: a wrapper resumed from SIGSTOP must act on the time that
             // passed before it looks at a renewal that may have come back meanwhile.
@@ -362,7 +384,9 @@ impl Elector {
         payload.finish().await;
         term.exited_at(self.now());
         let lease = term.lease.clone();
+        self.observer.event(&Event::ChildEnded { exit, why: term.child_end() });
         let (keep, outcome) = term.outcome(exit);
+        self.observer.event(&Event::Released);
         self.release(&lease, keep).await;
         outcome
     }
@@ -397,10 +421,11 @@ struct Term {
     stop_sent: bool,
     kill_at: Duration,
     killed: bool,
+    observer: Arc<dyn Observer>,
 }
 
 impl Term {
-    fn new(lease: Lease, timing: Timing, stop_signal: Signal, sent: Duration) -> Self {
+    fn new(lease: Lease, timing: Timing, stop_signal: Signal, sent: Duration, observer: Arc<dyn Observer>) -> Self {
         let deadline = timing.deadline_after(sent);
         Self {
             lease,
@@ -413,6 +438,17 @@ impl Term {
             stop_sent: false,
             kill_at: deadline,
             killed: false,
+            observer,
+        }
+    }
+
+    /// Why the child ended, as the run's observers are told.
+    fn child_end(&self) -> ChildEnd {
+        match self.stopping {
+            None => ChildEnd::Exited,
+            Some(Stopping::Interrupted) => ChildEnd::Interrupted,
+            Some(Stopping::Lost(_)) => ChildEnd::LeaseLost,
+            Some(Stopping::Expiring) => ChildEnd::LeaseExpired,
         }
     }
 
@@ -454,6 +490,7 @@ impl Term {
         self.renewing.clear();
         if matches!(self.stopping, None | Some(Stopping::Interrupted)) {
             self.stopping = Some(why);
+            self.observer.event(&Event::SteppingDown);
         }
     }
 
@@ -472,6 +509,7 @@ impl Term {
         match answer {
             Ok(Ok(Renew::Renewed)) if self.renews() => {
                 if now + HANDOFF_SLACK >= self.timing.stop_at(self.deadline) {
+                    self.observer.event(&Event::Renewal(Renewal::TooLate));
                     tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the lease was renewed too late to be used; stopping the child");
                     self.stop(Stopping::Expiring, now, payload);
                     return;
@@ -484,10 +522,12 @@ impl Term {
                 // Any other request in flight has nothing left to add.
                 self.renewing.clear();
                 self.next_renew = sent + self.timing.renew_every;
+                self.observer.event(&Event::Renewal(Renewal::Renewed { stop_at: self.timing.stop_at(self.deadline) }));
                 tracing::debug!(token = self.lease.token, "renewed");
             }
             Ok(Ok(Renew::Renewed)) => {}
             Ok(Ok(Renew::Lost(record))) => {
+                self.observer.event(&Event::Renewal(Renewal::Lost));
                 let why = match record {
                     Some(r) if r.revoked => "leaderrun release asked this holder to stand down".to_string(),
                     Some(LockRecord { holder: Some(holder), .. }) => format!("the lease was taken by {holder}"),
@@ -497,12 +537,14 @@ impl Term {
                 self.stop(Stopping::Lost(why), now, payload);
             }
             Ok(Err(err)) => {
+                self.observer.event(&Event::Renewal(Renewal::Failed));
                 tracing::warn!(safe_for = ?self.deadline.saturating_sub(now), "renewal failed: {err}");
                 if self.renewing.is_empty() {
                     self.next_renew = now + self.timing.retry_every();
                 }
             }
             Err(_) => {
+                self.observer.event(&Event::Renewal(Renewal::TimedOut));
                 // Unanswered until the stop time: try again at once (it has waited already).
                 tracing::warn!(safe_for = ?self.deadline.saturating_sub(now), "renewal timed out");
                 if self.renewing.is_empty() {

@@ -6,6 +6,7 @@
 //! - `elector`: the campaign / lead / renew state machine (no I/O, clock injected);
 //! - `store`: one trait, one file per store;
 //! - `child`: process group, signals, kill escalation, the watchdog;
+//! - `observe`: what a run reports about itself (the child's lease file, health, metrics);
 //! - `run`: wires them together for the binary.
 
 pub mod child;
@@ -14,6 +15,7 @@ pub mod clock;
 pub mod elector;
 pub mod exit;
 pub mod logging;
+pub mod observe;
 pub mod payload;
 pub mod run;
 pub mod store;

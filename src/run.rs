@@ -17,11 +17,15 @@ use crate::clock::{BootClock, Clock};
 use crate::elector::{Election, Elector, Mode, Outcome};
 use crate::exit;
 use crate::logging;
+use crate::observe::{Event, Observer};
 use crate::store::url::{self, Access, StoreSpec};
 use crate::store::{validate_lock_name, LockRecord, Store};
 use crate::timing::{validate_timeout, Requested};
 
+mod check;
 mod opening;
+mod reporting;
+mod watch;
 
 /// Print one line naming the problem; return the status to exit with.
 fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
@@ -46,6 +50,14 @@ pub async fn main(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Release { lock, common, output }) => {
             logging::init(&common);
             release(&common, lock.name(), output.json).await
+        }
+        Some(Command::Watch { lock, common, json }) => {
+            logging::init(&common);
+            watch::watch(&common, lock.name(), json).await
+        }
+        Some(Command::Check { lock, token, common }) => {
+            logging::init(&common);
+            check::check(&common, lock, token).await
         }
         Some(Command::Init { common, print_sql }) => {
             logging::init(&common);
@@ -80,6 +92,8 @@ struct Plan {
     conflict_exit_code: u8,
     /// When the run began, on the elector's clock.
     started: Duration,
+    /// The windows onto the run that were asked for.
+    reporting: reporting::Asked,
 }
 
 /// `started`: when the run began, on the elector's clock (--timeout counts from then).
@@ -87,6 +101,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
     let usage = |e: String| fail(exit::USAGE, e);
     let lock = args.lock.name().to_string();
     validate_lock_name(&lock).map_err(usage)?;
+    let reporting = reporting::asked(&args).map_err(usage)?;
     let mut words = args.command.into_iter();
     let Some(program) = words.next() else {
         return Err(usage("missing command: give it after --, as in: leaderrun --lock NAME -- ./job.sh".into()));
@@ -121,12 +136,13 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         Mode::OneShot { until, retry_until: until.unwrap_or(started + timing.one_shot_retry()) }
     };
     Ok(Plan {
-        election: Election { lock, identity, unique_identity, timing, mode, stop: args.signal },
+        election: Election { lock, identity, unique_identity, timing, mode, stop: args.signal, heartbeat: None },
         requested,
         command,
         spec,
         conflict_exit_code: args.conflict_exit_code,
         started,
+        reporting,
     })
 }
 
@@ -151,10 +167,15 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
         Err(code) => return Ok(code),
     };
     let timing = plan.election.timing;
-    let mut child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after);
+    let child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after);
+    let (reporting, mut child) = plan.reporting.open(timing.ttl, child);
+    plan.election.heartbeat = reporting.heartbeat;
+    let observers = Arc::new(reporting.observers);
     let lock = plan.election.lock.clone();
-    let elector = Elector::new(store, clock, plan.election, signals);
-    Ok(match elector.run(&mut child).await {
+    let elector = Elector::new(store, clock, plan.election, signals).observed_by(observers.clone());
+    let outcome = elector.run(&mut child).await;
+    observers.event(&Event::Stopping);
+    Ok(match outcome {
         Outcome::Exited(exit) => exit.status(),
         Outcome::Conflict(record) => {
             match record.and_then(|r| r.holder) {
@@ -325,6 +346,8 @@ struct Shown<'a> {
     renewed_at: Option<String>,
     expires_in_seconds: Option<f64>,
     release_requested: bool,
+    /// Its child has exited; the lease is only kept for --min-hold.
+    kept_for_min_hold: bool,
 }
 
 impl<'a> From<&'a LockRecord> for Shown<'a> {
@@ -338,6 +361,7 @@ impl<'a> From<&'a LockRecord> for Shown<'a> {
             renewed_at: r.campaigner.map(|c| humantime::format_rfc3339_seconds(c.renewed_at).to_string()),
             expires_in_seconds: r.expires_in.map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
             release_requested: r.revoked,
+            kept_for_min_hold: r.kept,
         }
     }
 }
@@ -348,9 +372,10 @@ fn short(d: Duration) -> String {
 
 fn show_record(r: &LockRecord) -> String {
     let mut text = format!("lock:        {}\n", r.lock);
-    let state = match (r.is_held(), r.revoked) {
-        (true, true) => "held (asked to release by leaderrun release)",
-        (true, false) => "held",
+    let state = match (r.is_held(), r.revoked, r.kept) {
+        (true, true, _) => "held (asked to release by leaderrun release)",
+        (true, false, true) => "held (kept for --min-hold: its child has exited)",
+        (true, false, false) => "held",
         _ => "free",
     };
     text.push_str(&format!("state:       {state}\n"));

@@ -4,6 +4,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,6 +34,10 @@ pub struct Supervisor {
     command: CommandSpec,
     stop: Signal,
     kill_after: Duration,
+    /// Variables the child gets beside the lease's own.
+    environment: Vec<(&'static str, String)>,
+    /// What the watchdog removes when it stops the child itself.
+    remove_on_stop: Vec<PathBuf>,
     running: Option<Running>,
 }
 
@@ -80,7 +85,30 @@ impl Tree {
 
 impl Supervisor {
     pub fn new(command: CommandSpec, stop: Signal, kill_after: Duration) -> Self {
-        Self { command, stop, kill_after, running: None }
+        Self { command, stop, kill_after, environment: Vec::new(), remove_on_stop: Vec::new(), running: None }
+    }
+
+    /// Give the child `name=value` too (it overrides an inherited variable of that name).
+    pub fn with_variable(mut self, name: &'static str, value: String) -> Self {
+        self.environment.push((name, value));
+        self
+    }
+
+    /// Files or directories that say the run leads: if leaderrun dies or freezes, the watchdog
+    /// removes them as it stops the child.
+    pub fn removed_on_stop(mut self, path: PathBuf) -> Self {
+        self.remove_on_stop.push(path);
+        self
+    }
+
+    fn environment(&self, lease: &Lease) -> Vec<(&'static str, String)> {
+        let mut all = vec![
+            ("LEADERRUN_LOCK", lease.lock.clone()),
+            ("LEADERRUN_IDENTITY", lease.identity.clone()),
+            ("LEADERRUN_FENCING_TOKEN", lease.token.to_string()),
+        ];
+        all.extend(self.environment.iter().cloned());
+        all
     }
 
     /// The child started inside `cgroup` by `clone3`. `Err(None)`: this host refuses that
@@ -97,7 +125,7 @@ impl Supervisor {
             None
         };
         let dir = cgroup.open_dir().map_err(|e| unsupported(format!("{}: {e}", cgroup.dir().display())))?;
-        let exec = Exec::new(&self.command, &env_overrides(lease)).map_err(Some)?;
+        let exec = Exec::new(&self.command, &self.environment(lease)).map_err(Some)?;
         match spawn::spawn_into(&exec, dir.as_raw_fd(), announce, terminal) {
             Ok(started) => Ok(started),
             Err(NotStarted::Unsupported(err)) => Err(unsupported(format!("clone3: {err}"))),
@@ -116,7 +144,7 @@ impl Supervisor {
     ) -> std::io::Result<ChildProcess> {
         let mut command = tokio::process::Command::new(&self.command.path);
         command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
-        for (name, value) in env_overrides(lease) {
+        for (name, value) in self.environment(lease) {
             command.env(name, value);
         }
         if let Some(procs) = procs {
@@ -174,14 +202,6 @@ impl ChildProcess {
     }
 }
 
-fn env_overrides(lease: &Lease) -> [(&'static str, String); 3] {
-    [
-        ("LEADERRUN_LOCK", lease.lock.clone()),
-        ("LEADERRUN_IDENTITY", lease.identity.clone()),
-        ("LEADERRUN_FENCING_TOKEN", lease.token.to_string()),
-    ]
-}
-
 /// A cgroup for the child and its `cgroup.procs` open for writing; None where the host
 /// gives none, which is normal (no cgroup v2, or not root and no delegated unit).
 fn child_cgroup() -> Option<(Cgroup, OwnedFd)> {
@@ -223,6 +243,9 @@ impl Payload for Supervisor {
                 return Err(StartError::Internal(format!("cannot start the watchdog: {err}")));
             }
         };
+        for path in &self.remove_on_stop {
+            watchdog.remove_on_stop(path);
+        }
         let terminal = terminal::in_foreground();
         let announce = watchdog.pipe_fd();
         // Straight into its cgroup where the kernel allows (see spawn.rs); else std's spawn,
@@ -322,7 +345,7 @@ impl Payload for Supervisor {
                 ended = exit => {
                     running.ended = Some(ended.unwrap_or(ChildExit::Signal(Signal::SIGKILL as i32)));
                 }
-                died = watchdog_died => running.replace_watchdog(died, self.stop, self.kill_after),
+                died = watchdog_died => running.replace_watchdog(died, self.stop, self.kill_after, &self.remove_on_stop),
             }
         }
     }
@@ -349,7 +372,13 @@ impl Running {
     /// later crash of leaderrun would leave the child running past the lease. Start a new
     /// one with the current deadline and tree; failing that, stop the child (the stop
     /// signal, SIGKILL after --kill-after), and the elector sees it exit.
-    fn replace_watchdog(&mut self, died: std::io::Result<ExitStatus>, stop: Signal, kill_after: Duration) {
+    fn replace_watchdog(
+        &mut self,
+        died: std::io::Result<ExitStatus>,
+        stop: Signal,
+        kill_after: Duration,
+        remove_on_stop: &[PathBuf],
+    ) {
         let old = self.watchdog.take().and_then(|w| w.pid()).map_or_else(String::new, |pid| format!(" {pid}"));
         let how = match died {
             Ok(status) => match (status.code(), status.signal()) {
@@ -368,6 +397,9 @@ impl Running {
                 Ok(mut watchdog) => {
                     if let Some(group) = self.tree.members.group {
                         watchdog.guard(group);
+                    }
+                    for path in remove_on_stop {
+                        watchdog.remove_on_stop(path);
                     }
                     let new = watchdog.pid().map_or_else(String::new, |pid| format!(" (pid {pid})"));
                     tracing::warn!("the watchdog{old} died ({how}); started a new one{new}");

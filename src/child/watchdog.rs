@@ -94,6 +94,12 @@ impl Watchdog {
         self.send(&format!("P {}", group.id().as_raw()));
     }
 
+    /// A file or directory that says this run leads: removed by the watchdog when it stops
+    /// the child itself (the wrapper died, or was frozen past its deadline).
+    pub fn remove_on_stop(&mut self, path: &Path) {
+        self.send(&format!("R {}", hex(path.as_os_str().as_bytes())));
+    }
+
     /// The lease was renewed: the new deadline.
     pub fn extend(&mut self, deadline: Duration) {
         self.send(&format!("D {}", deadline.as_nanos()));

@@ -170,6 +170,7 @@ impl Setup {
             timing,
             mode,
             stop: Signal::SIGTERM,
+            heartbeat: None,
         };
         let receiver = self.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);
         Elector::new(self.store.clone(), self.clock.clone(), election, receiver)
@@ -637,6 +638,7 @@ fn client_timed_elector(s: &mut Setup, records: &Arc<MemoryRecords>, mode: Mode)
         timing: timing(Duration::ZERO),
         mode,
         stop: Signal::SIGTERM,
+        heartbeat: None,
     };
     let receiver = s.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);
     Elector::new(store, s.clock.clone(), election, receiver)

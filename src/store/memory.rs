@@ -142,6 +142,7 @@ impl MemoryStore {
                 expires_in: Some(r.expires - now),
                 revoked: r.revoked,
                 campaigner: None,
+                kept: r.kept,
             },
             Some(r) => LockRecord { token: r.token, ..LockRecord::free(lock) },
             None => LockRecord::free(lock),

@@ -69,6 +69,9 @@ pub struct LockRecord {
     /// record keeps only its last renewal, so `held_since` is unknown and `token` changes at
     /// every renewal.
     pub campaigner: Option<Campaigner>,
+    /// The lease is only kept for --min-hold: its child has exited and no holder renews it.
+    /// The lock stays taken until the keep ends (or `leaderrun release` frees it).
+    pub kept: bool,
 }
 
 /// What a store knows of a holder that is another program's campaigner.
@@ -95,8 +98,22 @@ impl LockRecord {
             expires_in: None,
             revoked: false,
             campaigner: None,
+            kept: false,
         }
     }
+}
+
+/// How `leaderrun watch` learns that a lock changed (DESIGN.md §9, Observing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observing {
+    /// The store has no read-only push channel: `watch` reads the record once a second.
+    Polls,
+    /// `observe_change` returns at every write to the lock's record (taken, renewed where a
+    /// renewal writes the record, released, revoked, kept) and when the lease expires.
+    Pushes,
+    /// As `Pushes`, but an expiry is silent (nothing in the store announces it): `watch` also
+    /// reads again when the lease it last saw would expire.
+    PushesWrites,
 }
 
 /// Outcome of an acquire attempt.
@@ -252,6 +269,20 @@ pub trait Store: Send + Sync {
     /// when the lease it last saw would expire.
     fn sees_expiry(&self) -> bool {
         false
+    }
+
+    /// How `observe_change` learns of changes: see `Observing`.
+    fn observing(&self) -> Observing {
+        Observing::Polls
+    }
+
+    /// For `leaderrun watch`: return when the lock's record may have changed in any way, or
+    /// after at most `max_wait`; the caller reads the record again either way. It only looks:
+    /// it writes nothing, holds no lease and takes no turn in a queue of waiters (a wake-up
+    /// meant for a standby must never be spent on a watcher), and it makes no request while
+    /// nothing changes on a store that `Pushes`. A store that `Polls` just sleeps here.
+    async fn observe_change(&self, _lock: &str, max_wait: Duration) {
+        tokio::time::sleep(max_wait).await
     }
 }
 

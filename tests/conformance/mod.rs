@@ -409,6 +409,72 @@ pub async fn an_idle_standby_sends_nothing(h: &dyn Harness, requests: &Requests)
     won(&*b, &lock, "b", TTL).await;
 }
 
+/// `leaderrun watch`'s view (`Store::observe_change`): on a store that pushes, a watcher learns
+/// of a take, a revoke, a keep and a release without asking, and asks nothing while the lock
+/// stays as it is; on any store, a watcher takes no waiter's turn: a release still wakes the
+/// standby waiting in `changed`, which then wins. `requests` counts this thread's store
+/// requests (`count_requests`): run on a current-thread runtime.
+pub async fn a_watcher_sees_changes_and_takes_no_turn(h: &dyn Harness, requests: &Requests) {
+    use leaderrun::store::Observing;
+    let (holder, standby, watcher) = (h.open().await, h.open().await, h.open().await);
+    let watcher: Arc<dyn Store> = watcher;
+    let lock = unique("watched");
+    let pushes = watcher.observing() != Observing::Polls;
+    assert!(!watcher.status(&lock).await.unwrap().is_held());
+    // Each change below is awaited while the watcher waits for it.
+    let sees = |what: &'static str| {
+        let (watcher, lock) = (watcher.clone(), lock.clone());
+        tokio::spawn(async move {
+            if pushes {
+                tokio::time::timeout(SOON, watcher.observe_change(&lock, Duration::from_secs(3600)))
+                    .await
+                    .unwrap_or_else(|_| panic!("the watcher never saw the lock {what}"));
+            } else {
+                watcher.observe_change(&lock, Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let seen = sees("taken");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lease = won(&*holder, &lock, "holder", TTL).await;
+    seen.await.unwrap();
+    assert!(watcher.status(&lock).await.unwrap().is_held());
+    if pushes {
+        // Idle: the holder neither renews nor releases. A first wait may open the channel.
+        watcher.observe_change(&lock, Duration::from_millis(200)).await;
+        let before = requests.count();
+        for _ in 0..5 {
+            watcher.observe_change(&lock, Duration::from_millis(200)).await;
+        }
+        assert_eq!(requests.count() - before, 0, "a watcher asks nothing while nothing changes");
+    }
+    let seen = sees("revoked");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.revoke(&lock).await.unwrap();
+    seen.await.unwrap();
+    assert!(watcher.status(&lock).await.unwrap().revoked);
+    // A new lease, kept for --min-hold when its child is done, then freed by a revoke.
+    holder.release(&lease, Duration::ZERO).await.unwrap();
+    let lease = won(&*holder, &lock, "holder", TTL).await;
+    let seen = sees("kept");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release(&lease, Duration::from_secs(600)).await.unwrap();
+    seen.await.unwrap();
+    let kept = watcher.status(&lock).await.unwrap();
+    assert!(kept.is_held() && kept.kept, "a lease kept for --min-hold says so: {kept:?}");
+    holder.revoke(&lock).await.unwrap();
+    // A standby waits its turn while the watcher watches: the release is the standby's.
+    let lease = won(&*holder, &lock, "holder", TTL).await;
+    held(&*standby, &lock, "standby").await;
+    let waiting = waiting(&standby, &lock);
+    let seen = sees("released");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release(&lease, Duration::ZERO).await.unwrap();
+    seen.await.unwrap();
+    tokio::time::timeout(SOON, waiting).await.expect("the release wakes the standby, not the watcher").unwrap();
+    won(&*standby, &lock, "standby", TTL).await;
+}
+
 /// What `take_turns` records: each waiter's token and identity, in the order they ran.
 pub type Turns = Arc<std::sync::Mutex<Vec<(u64, String)>>>;
 

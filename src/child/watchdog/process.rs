@@ -33,6 +33,9 @@ struct Guard {
     kill_sent: bool,
     /// A refused signal is said once, not at every step.
     refusal_told: bool,
+    /// Files that say this run leads (its leader file, the child's lease file): removed when
+    /// the watchdog stops the child, since the run leads no more.
+    files: Vec<PathBuf>,
 }
 
 /// What a line from leaderrun asks for.
@@ -57,11 +60,13 @@ impl Guard {
             stop_sent: false,
             kill_sent: false,
             refusal_told: false,
+            files: Vec::new(),
         }
     }
 
     /// `S <signal> <ns>`: the stop signal and kill_after; `C <hex>`: the cgroup's
-    /// directory, its bytes in hex; `P <pgid>`: the group to guard (0 and 1 are never one,
+    /// directory, its bytes in hex; `R <hex>`: a file or directory to remove when the
+    /// watchdog stops the child; `P <pgid>`: the group to guard (0 and 1 are never one,
     /// and are ignored); `D <ns>`: the deadline on CLOCK_BOOTTIME; `X`: goodbye.
     fn hear(&mut self, line: &str) -> Heard {
         let mut words = line.split_whitespace();
@@ -69,6 +74,12 @@ impl Guard {
         if first == Some("C") {
             if let Some(dir) = words.next().and_then(unhex) {
                 self.tree.cgroup = Some(Cgroup::at(PathBuf::from(OsString::from_vec(dir))));
+            }
+            return Heard::Nothing;
+        }
+        if first == Some("R") {
+            if let Some(path) = words.next().and_then(unhex) {
+                self.files.push(PathBuf::from(OsString::from_vec(path)));
             }
             return Heard::Nothing;
         }
@@ -92,6 +103,13 @@ impl Guard {
         Heard::Nothing
     }
 
+    /// The run leads no more: what says it does goes.
+    fn remove_files(&mut self) {
+        for path in self.files.drain(..) {
+            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+        }
+    }
+
     fn signal(&mut self, signal: Signal, why: &str) {
         if !self.tree.alive() {
             return;
@@ -111,6 +129,7 @@ impl Guard {
         let Some(deadline) = self.deadline.filter(|_| self.tree.known()) else { return };
         if !self.stop_sent && now >= deadline.saturating_sub(self.kill_after) {
             self.stop_sent = true;
+            self.remove_files();
             let stop = self.stop;
             self.signal(stop, "the lease deadline is near and leaderrun did not renew it");
         }
@@ -135,6 +154,7 @@ impl Guard {
     /// leaderrun is gone: stop the tree now, kill it after the grace (or at the deadline,
     /// whichever is first), wait until it is gone, and remove its cgroup.
     fn orphaned(&mut self) {
+        self.remove_files();
         if self.tree.alive() {
             let stop = self.stop;
             self.signal(stop, "leaderrun died");

@@ -103,6 +103,7 @@ impl ClientTimed {
             expires_in: Some(ends.and_then(|end| end.duration_since(now).ok()).unwrap_or_default()),
             revoked: record.revoked,
             campaigner: None,
+            kept: false,
         }
     }
 

@@ -266,6 +266,7 @@ impl EtcdStore {
                 expires_in: Some(left),
                 revoked: value.revoked,
                 campaigner: None,
+                kept: false,
             }),
             // Lapsed, and etcd is about to delete the key.
             None => Ok(LockRecord { token, ..LockRecord::free(lock) }),

@@ -398,6 +398,7 @@ fn record_from(lock: String, row: &MySqlRow) -> sqlx::Result<LockRecord> {
         expires_in: live.then(|| Duration::from_micros(left_us as u64)),
         revoked: live && revoked,
         campaigner: None,
+        kept: false,
     })
 }
 

@@ -575,6 +575,7 @@ impl NatsStore {
             expires_in,
             revoked: entry.revoked,
             campaigner,
+            kept: false,
         }
     }
 

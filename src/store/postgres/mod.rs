@@ -634,6 +634,7 @@ fn record_from(row: &PgRow) -> LockRecord {
         expires_in: live.then(|| Duration::from_micros(left_us as u64)),
         revoked: live && revoked,
         campaigner: None,
+        kept: false,
     }
 }
 

@@ -299,6 +299,7 @@ fn record(fields: &[Value]) -> Option<LockRecord> {
         expires_in: (left_ms >= 0).then(|| Duration::from_millis(left_ms as u64)),
         revoked: int(revoked)? == 1,
         campaigner: None,
+        kept: false,
     })
 }
 

@@ -218,6 +218,7 @@ impl SqliteStore {
             expires_in: live.then(|| Duration::from_nanos(left as u64)),
             revoked: live && revoked != 0,
             campaigner: None,
+            kept: false,
         };
         (record, live && kept != 0)
     }

@@ -192,6 +192,7 @@ impl ZooKeeperStore {
             expires_in: Some(expires_in),
             revoked: value.revoked,
             campaigner: None,
+            kept: false,
         }
     }
 

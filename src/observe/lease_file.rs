@@ -1,0 +1,156 @@
+//! The lease as the child sees it: a small file, named in the child's environment
+//! (`LEADERRUN_LEASE_FILE`), that holds the instant on CLOCK_BOOTTIME at which the child
+//! gets its stop signal, and the lease's fencing token. `leaderrun check` in the child
+//! compares that instant with the clock itself, so its answer needs neither the store nor a
+//! running parent: a parent that is frozen (SIGSTOP, a paused VM) stops refreshing the file,
+//! and the answer turns to "no" at the stop time the parent last published, which is never
+//! later than the parent's own.
+//!
+//! The file is replaced whole (written beside it, then renamed), so a reader sees the old
+//! line or the new one, never half of either. It is rewritten when the lease is won, at
+//! every renewal, and with a stop time of 0 when the lease stops being trusted; it is
+//! removed with its directory when leadership ends. A wrapper that dies leaves it behind
+//! with a stop time in the past or soon to be; its watchdog removes it as it stops the child.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{Event, Observer, Renewal};
+
+/// The child's variable that names the file.
+pub const VARIABLE: &str = "LEADERRUN_LEASE_FILE";
+
+/// The file's one line: `STOP_AT_NANOSECONDS TOKEN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// When the child gets its stop signal, on CLOCK_BOOTTIME; zero once the lease is not trusted.
+    pub stop_at: Duration,
+    pub token: u64,
+}
+
+impl Published {
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut words = text.split_whitespace();
+        let stop_at = words.next()?.parse::<u64>().ok()?;
+        let token = words.next()?.parse::<u64>().ok()?;
+        Some(Self { stop_at: Duration::from_nanos(stop_at), token })
+    }
+
+    /// Read the file; `None` when it is gone or unreadable (the lease is over).
+    pub fn read(path: &Path) -> Option<Self> {
+        Self::parse(&fs::read_to_string(path).ok()?)
+    }
+
+    /// Whether the lease holds at `now` (CLOCK_BOOTTIME), for `token` if one is asked about.
+    pub fn holds_at(&self, now: Duration, token: Option<u64>) -> bool {
+        now < self.stop_at && token.is_none_or(|t| t == self.token)
+    }
+}
+
+/// Keeps the file for one run.
+pub struct LeaseFile {
+    dir: PathBuf,
+    file: PathBuf,
+    token: Mutex<u64>,
+}
+
+impl LeaseFile {
+    /// A new, empty directory for the file: under $XDG_RUNTIME_DIR, else /dev/shm, else the
+    /// temporary directory (all of them memory on most hosts). `mkdir` fails on a name that
+    /// exists, so nobody can have put anything there first.
+    pub fn create() -> std::io::Result<Self> {
+        let bases = [
+            std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+            Some("/dev/shm".into()),
+            Some(std::env::temp_dir()),
+        ];
+        let mut last = None;
+        for base in bases.into_iter().flatten().filter(|b| b.is_dir()) {
+            let dir = base.join(format!("leaderrun-{}-{:08x}", std::process::id(), rand::random::<u32>()));
+            match fs::create_dir(&dir) {
+                Ok(()) => {
+                    let file = dir.join("lease");
+                    return Ok(Self { dir, file, token: Mutex::new(0) });
+                }
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("no directory to keep the lease file in")))
+    }
+
+    /// The file's path, for the child's environment.
+    pub fn path(&self) -> &Path {
+        &self.file
+    }
+
+    /// The directory, for the watchdog to remove if the wrapper dies.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn publish(&self, stop_at: Duration) {
+        let token = *self.token.lock().unwrap_or_else(|p| p.into_inner());
+        let next = self.dir.join("lease.next");
+        let written = fs::File::create(&next)
+            .and_then(|mut f| writeln!(f, "{} {token}", stop_at.as_nanos()))
+            .and_then(|()| fs::rename(&next, &self.file));
+        if let Err(err) = written {
+            // `check` then answers from what it finds: an older stop time, or no file ("no").
+            tracing::warn!("cannot update the lease file {}: {err}", self.file.display());
+        }
+    }
+
+    fn remove(&self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Observer for LeaseFile {
+    fn event(&self, event: &Event<'_>) {
+        match *event {
+            Event::Elected { lease, stop_at } => {
+                *self.token.lock().unwrap_or_else(|p| p.into_inner()) = lease.token;
+                self.publish(stop_at);
+            }
+            Event::Renewal(Renewal::Renewed { stop_at }) => self.publish(stop_at),
+            Event::SteppingDown | Event::ChildEnded { .. } => self.publish(Duration::ZERO),
+            Event::Released | Event::Stopping => self.remove(),
+            _ => {}
+        }
+    }
+}
+
+impl Drop for LeaseFile {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Lease;
+
+    #[test]
+    fn the_file_says_yes_until_the_stop_time_and_no_after_a_step_down() {
+        let file = LeaseFile::create().unwrap();
+        let lease = Lease { lock: "l".into(), identity: "me".into(), token: 7 };
+        file.event(&Event::Elected { lease: &lease, stop_at: Duration::from_secs(100) });
+        let seen = Published::read(file.path()).unwrap();
+        assert_eq!(seen, Published { stop_at: Duration::from_secs(100), token: 7 });
+        assert!(seen.holds_at(Duration::from_secs(99), None));
+        assert!(seen.holds_at(Duration::from_secs(99), Some(7)));
+        assert!(!seen.holds_at(Duration::from_secs(99), Some(6)));
+        assert!(!seen.holds_at(Duration::from_secs(100), None), "no at the stop time itself");
+        file.event(&Event::Renewal(Renewal::Renewed { stop_at: Duration::from_secs(200) }));
+        assert!(Published::read(file.path()).unwrap().holds_at(Duration::from_secs(150), Some(7)));
+        file.event(&Event::SteppingDown);
+        assert!(!Published::read(file.path()).unwrap().holds_at(Duration::from_secs(150), None));
+        file.event(&Event::Released);
+        assert!(Published::read(file.path()).is_none());
+        assert!(!file.dir().exists());
+    }
+}
