@@ -76,7 +76,17 @@ pub fn changes(before: Option<&LockRecord>, elapsed: Duration, now: &LockRecord)
     let expected = before.expires_in.map(|left| left.saturating_sub(elapsed));
     match (before.is_held(), now.is_held()) {
         (false, false) => vec![],
-        (false, true) => vec![Change::Acquired],
+        // Taken, and maybe already kept or asked to go, between two reads.
+        (false, true) => {
+            let mut seen = vec![Change::Acquired];
+            if now.revoked {
+                seen.push(Change::Revoked);
+            }
+            if now.kept {
+                seen.push(Change::Kept);
+            }
+            seen
+        }
         (true, false) if expected.is_some_and(|left| left <= EXPIRY_SLACK) => vec![Change::Expired],
         (true, false) => vec![Change::Released],
         (true, true) => {
@@ -266,11 +276,12 @@ mod tests {
 
     #[test]
     fn a_revoke_and_a_keep_are_named() {
-        let revoked = LockRecord { revoked: true, ..held("a", 1, 15) };
+        let revoked = LockRecord { revoked: true, ..held("a", 1, 14) };
         assert_eq!(changes(Some(&held("a", 1, 15)), S(1), &revoked), [Change::Revoked]);
         let kept = LockRecord { kept: true, ..held("a", 1, 5) };
         assert_eq!(changes(Some(&held("a", 1, 15)), S(1), &kept), [Change::Kept]);
         assert_eq!(changes(Some(&kept), S(5), &free(1)), [Change::Expired], "a keep ends by expiring");
+        assert_eq!(changes(Some(&free(0)), S(1), &kept), [Change::Acquired, Change::Kept], "both between two reads");
     }
 
     #[test]

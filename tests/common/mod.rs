@@ -202,7 +202,7 @@ impl Sandbox {
     pub fn at(&self, url: &str, args: &[&str]) -> Command {
         let mut cmd = self.bare();
         match args.split_first() {
-            Some((sub, rest)) if ["status", "list", "release", "init"].contains(sub) => {
+            Some((sub, rest)) if ["status", "list", "release", "init", "watch", "check"].contains(sub) => {
                 cmd.arg(sub).arg("--store").arg(url).args(rest);
             }
             _ => {
