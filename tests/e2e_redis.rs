@@ -6,6 +6,7 @@ mod common;
 mod servers;
 
 use common::*;
+use nix::sys::signal::Signal;
 use servers::redis::Redis;
 
 #[test]
@@ -91,4 +92,35 @@ fn runs_over_mutual_tls() {
     assert_eq!(sb.lines("ran"), vec!["1"], "the child ran once, with the first token");
     let (code, status) = status_json(&sb, &url, "tls");
     assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(1)), "held for --min-hold: {status}");
+}
+
+/// `leaderrun watch` against a real server: a change is seen; a server that goes away is
+/// said once (without the password), and so is its return; the watch goes on and sees the
+/// next change, and ends with 0 on SIGTERM.
+#[test]
+fn watch_says_once_that_the_server_went_away_and_once_that_it_is_back() {
+    let (redis, sb) = (Redis::start(), Sandbox::new());
+    let mut watch = sb.spawn("watch", sb.at(&redis.url(), &["watch", "--lock", "watched"]));
+    let lines = |sb: &Sandbox| sb.lines("watch.out");
+    wait_for(|| lines(&sb).len() == 1, SOON * 3, "the first state");
+    // Changes that last until the next read: a lease kept for --min-hold, then freed.
+    let out = sb.output(sb.at(&redis.url(), &["--lock", "watched", "--min-hold", "10m", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    wait_for(|| lines(&sb).iter().any(|l| l.contains(" kept ")), SOON * 3, "the keep");
+    assert!(lines(&sb).iter().any(|l| l.contains(" acquired ")), "{:?}", lines(&sb));
+    assert_eq!(sb.output(sb.at(&redis.url(), &["release", "--lock", "watched"])).status.code(), Some(0));
+    wait_for(|| lines(&sb).iter().any(|l| l.contains(" released ")), SOON * 3, "the release");
+    redis.stop();
+    wait_for(|| watch.stderr().contains("cannot reach the store"), SOON * 3, "the outage said");
+    redis.start_again();
+    wait_for(|| watch.stderr().contains("the store answers again"), SOON * 3, "the return said");
+    let out = sb.output(sb.at(&redis.url(), &["--lock", "watched", "--min-hold", "10m", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    wait_for(|| lines(&sb).iter().filter(|l| l.contains(" kept ")).count() == 2, SOON * 3, "the next change");
+    watch.signal(Signal::SIGTERM);
+    assert_eq!(watch.wait_code(SOON * 3), 0);
+    let err = watch.stderr();
+    assert_eq!(err.matches("cannot reach the store").count(), 1, "said once: {err:?}");
+    assert_eq!(err.matches("the store answers again").count(), 1, "said once: {err:?}");
+    assert!(!err.contains(redis.password()), "{err:?}");
 }

@@ -58,27 +58,18 @@ pub struct LeaseFile {
 }
 
 impl LeaseFile {
-    /// A new, empty directory for the file: under $XDG_RUNTIME_DIR, else /dev/shm, else the
-    /// temporary directory (all of them memory on most hosts). `mkdir` fails on a name that
-    /// exists, so nobody can have put anything there first.
-    pub fn create() -> std::io::Result<Self> {
-        let bases = [
-            std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
-            Some("/dev/shm".into()),
-            Some(std::env::temp_dir()),
-        ];
-        let mut last = None;
-        for base in bases.into_iter().flatten().filter(|b| b.is_dir()) {
-            let dir = base.join(format!("leaderrun-{}-{:08x}", std::process::id(), rand::random::<u32>()));
-            match fs::create_dir(&dir) {
-                Ok(()) => {
-                    let file = dir.join("lease");
-                    return Ok(Self { dir, file, token: Mutex::new(0) });
-                }
-                Err(err) => last = Some(err),
-            }
-        }
-        Err(last.unwrap_or_else(|| std::io::Error::other("no directory to keep the lease file in")))
+    /// Where the file will be: a new directory under $XDG_RUNTIME_DIR, else /dev/shm, else the
+    /// temporary directory (memory on most hosts). It is made only when the lease is won, so
+    /// a standby that is killed leaves nothing behind; `mkdir` fails on a name that exists, so
+    /// nobody can have put anything there first (the file is then missing: `check` says no).
+    pub fn planned() -> Self {
+        let base = [std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from), Some("/dev/shm".into())]
+            .into_iter()
+            .flatten()
+            .find(|b| b.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!("leaderrun-{}-{:08x}", std::process::id(), rand::random::<u32>()));
+        Self { file: dir.join("lease"), dir, token: Mutex::new(0) }
     }
 
     /// The file's path, for the child's environment.
@@ -113,7 +104,13 @@ impl Observer for LeaseFile {
         match *event {
             Event::Elected { lease, stop_at } => {
                 *self.token.lock().unwrap_or_else(|p| p.into_inner()) = lease.token;
-                self.publish(stop_at);
+                match fs::create_dir(&self.dir) {
+                    Ok(()) => self.publish(stop_at),
+                    Err(err) => tracing::warn!(
+                        "cannot make {} for the lease file ({err}): leaderrun check in the child will say no",
+                        self.dir.display()
+                    ),
+                }
             }
             Event::Renewal(Renewal::Renewed { stop_at }) => self.publish(stop_at),
             Event::SteppingDown | Event::ChildEnded { .. } => self.publish(Duration::ZERO),
@@ -136,7 +133,8 @@ mod tests {
 
     #[test]
     fn the_file_says_yes_until_the_stop_time_and_no_after_a_step_down() {
-        let file = LeaseFile::create().unwrap();
+        let file = LeaseFile::planned();
+        assert!(!file.dir().exists(), "nothing made before the lease is won");
         let lease = Lease { lock: "l".into(), identity: "me".into(), token: 7 };
         file.event(&Event::Elected { lease: &lease, stop_at: Duration::from_secs(100) });
         let seen = Published::read(file.path()).unwrap();

@@ -39,8 +39,7 @@ fn resolve(
     if own_lock.as_deref() != Some(lock.as_str()) {
         return Ok((lock, token, Source::Store));
     }
-    // Empty: the parent could not keep a file, and the store is asked.
-    let Some(file) = env(lease_file::VARIABLE).filter(|f| !f.is_empty()) else {
+    let Some(file) = env(lease_file::VARIABLE) else {
         return Ok((lock, token, Source::Store));
     };
     let token = match token {

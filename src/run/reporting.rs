@@ -36,19 +36,11 @@ impl Asked {
         let mut observers = Observers::none();
         let mut child = child;
         let mut heartbeat: Option<Duration> = None;
-        match LeaseFile::create() {
-            Ok(file) => {
-                child = child
-                    .with_variable(lease_file::VARIABLE, file.path().display().to_string())
-                    .removed_on_stop(file.dir().to_path_buf());
-                observers.add(Arc::new(file));
-            }
-            Err(err) => {
-                // `leaderrun check` in the child then reads the store.
-                tracing::warn!("no lease file for the child's leaderrun check ({err}); it will ask the store");
-                child = child.with_variable(lease_file::VARIABLE, String::new());
-            }
-        }
+        let file = LeaseFile::planned();
+        child = child
+            .with_variable(lease_file::VARIABLE, file.path().display().to_string())
+            .removed_on_stop(file.dir().to_path_buf());
+        observers.add(Arc::new(file));
         if let Some(file) = self.leader_file {
             child = child.removed_on_stop(file.path().to_path_buf());
             observers.add(Arc::new(file));
