@@ -16,6 +16,9 @@ _leaderrun() {
             ",$1")
                 cmd="leaderrun"
                 ;;
+            leaderrun,check)
+                cmd="leaderrun__subcmd__check"
+                ;;
             leaderrun,help)
                 cmd="leaderrun__subcmd__help"
                 ;;
@@ -30,6 +33,12 @@ _leaderrun() {
                 ;;
             leaderrun,status)
                 cmd="leaderrun__subcmd__status"
+                ;;
+            leaderrun,watch)
+                cmd="leaderrun__subcmd__watch"
+                ;;
+            leaderrun__subcmd__help,check)
+                cmd="leaderrun__subcmd__help__subcmd__check"
                 ;;
             leaderrun__subcmd__help,help)
                 cmd="leaderrun__subcmd__help__subcmd__help"
@@ -46,6 +55,9 @@ _leaderrun() {
             leaderrun__subcmd__help,status)
                 cmd="leaderrun__subcmd__help__subcmd__status"
                 ;;
+            leaderrun__subcmd__help,watch)
+                cmd="leaderrun__subcmd__help__subcmd__watch"
+                ;;
             *)
                 ;;
         esac
@@ -53,7 +65,7 @@ _leaderrun() {
 
     case "${cmd}" in
         leaderrun)
-            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --server-clock-skew --signal --identity --conflict-exit-code --help --version status list release init help"
+            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --server-clock-skew --signal --identity --http --leader-file --conflict-exit-code --help --version status list release watch check init help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -103,6 +115,14 @@ _leaderrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --http)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --leader-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --conflict-exit-code)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -118,9 +138,53 @@ _leaderrun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        leaderrun__subcmd__help)
-            opts="status list release init help"
+        leaderrun__subcmd__check)
+            opts="-v -q -h --lock --token --store --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --lock)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        leaderrun__subcmd__help)
+            opts="status list release watch check init help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        leaderrun__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -189,6 +253,20 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        leaderrun__subcmd__help__subcmd__watch)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -273,6 +351,32 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__status)
+            opts="-v -q -h --lock --store --verbose --quiet --log-format --json --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --lock)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        leaderrun__subcmd__watch)
             opts="-v -q -h --lock --store --verbose --quiet --log-format --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -181,6 +181,7 @@ impl Setup {
     }
 }
 
+mod observed;
 mod one_shot;
 
 /// A one-shot run without --timeout that does not retry a failing store.
