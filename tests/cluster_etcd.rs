@@ -240,3 +240,38 @@ fn a_waiter_whose_member_froze_takes_over_at_a_release() {
     assert_eq!(waiter.wait_code(SOON), 0, "stderr {:?}", waiter.stderr());
     cluster.thaw(waiters_member);
 }
+
+/// `leaderrun watch` through a member that dies: its watch fails with its connection, and the
+/// next wait watches through another member from the revision last read, so the watcher still
+/// sees the lock taken and released (it reads, waits for a change and reads again, as `watch`
+/// does; a wait is given a minute, so seeing both within `SOON` needs the pushes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watcher_keeps_seeing_changes_after_its_member_is_killed() {
+    let cluster = cluster().await;
+    let follower = cluster.follower();
+    let other = (0..cluster.len()).find(|i| *i != follower).unwrap();
+    let watcher = ClusterHarness { cluster: cluster.clone(), first: follower }.open().await;
+    let holder = ClusterHarness { cluster: cluster.clone(), first: other }.open().await;
+    let lock = conformance::unique("watched");
+    assert!(!watcher.status(&lock).await.unwrap().is_held());
+    // The watch opens on the member listed first, which then dies.
+    watcher.observe_change(&lock, Duration::from_millis(300)).await;
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.kill(follower)).await.unwrap();
+    let sees = |held: bool| {
+        let (watcher, lock) = (watcher.clone(), lock.clone());
+        let seen = async move {
+            while !watcher.status(&lock).await.is_ok_and(|r| r.is_held() == held) {
+                watcher.observe_change(&lock, Duration::from_secs(60)).await;
+            }
+        };
+        async move {
+            let what = if held { "taken" } else { "freed" };
+            tokio::time::timeout(conformance::SOON, seen).await.unwrap_or_else(|_| panic!("never saw the lock {what}"))
+        }
+    };
+    let lease = conformance::won(&*holder, &lock, "holder", conformance::TTL).await;
+    sees(true).await;
+    holder.release(&lease, Duration::ZERO).await.unwrap();
+    sees(false).await;
+}

@@ -241,6 +241,15 @@ async fn an_idle_standby_sends_nothing() {
     conformance::an_idle_standby_sends_nothing(&etcd().await, &requests).await;
 }
 
+/// `leaderrun watch` keeps one watch on the lock key: it sees every change (expiry too, as
+/// etcd deletes the key), asks nothing while nothing changes, and takes no place in the queue.
+#[tokio::test]
+async fn a_watcher_sees_changes_and_takes_no_turn() {
+    let (requests, _counting) = count_requests();
+    let h = etcd().await;
+    conformance::a_watcher_sees_changes_and_takes_no_turn(&h, &requests).await;
+}
+
 /// The waiters queue: a release wakes the first one, and the others wake only if it lets its
 /// turn pass, so a handoff costs a few requests however many wait (about 100 with a herd).
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, SOON, TTL};
+use conformance::{count_requests, held, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::kubernetes::KubeApiServer;
@@ -201,6 +201,15 @@ async fn a_wait_from_a_forgotten_version_still_hears_the_release() {
     a.release(&lease, Duration::ZERO).await.unwrap();
     tokio::time::timeout(SOON, waiter).await.expect("the release never woke the waiter").unwrap();
     won(&*b, &lock, "b", TTL).await;
+}
+
+/// `leaderrun watch` keeps one watch on the Lease: it sees every write (renewals too: the
+/// Lease's renewTime), asks nothing while nothing changes, and never writes.
+#[tokio::test]
+async fn a_watcher_sees_changes_and_takes_no_turn() {
+    let (requests, _counting) = count_requests();
+    let h = kube().await;
+    conformance::a_watcher_sees_changes_and_takes_no_turn(&h, &requests).await;
 }
 
 /// What a call costs: a renewal is one PUT; taking a free lock that has a Lease is a GET

@@ -15,7 +15,7 @@ use async_nats::jetstream::kv;
 use async_trait::async_trait;
 use conformance::{count_requests, held, held_for, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
-use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
+use leaderrun::store::{Acquire, ErrorKind, Observing, Renew, Store, StoreError};
 use servers::nats::{Nats, USER};
 
 struct Nt {
@@ -374,6 +374,54 @@ async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
     let nt = nt().await;
     assert!(nt.open().await.sees_expiry(), "leaderrun's bucket leaves expiry markers");
     conformance::an_idle_standby_sends_nothing(&nt, &requests).await;
+}
+
+/// `leaderrun watch` keeps one KV watch on the key: it sees every write and the server's expiry
+/// markers, asks nothing while nothing changes, and stays out of the waiters' queue group.
+#[tokio::test]
+async fn a_watcher_sees_changes_and_takes_no_turn() {
+    let (requests, _counting) = count_requests();
+    let nt = nt().await;
+    assert_eq!(nt.open().await.observing(), Observing::Pushes, "leaderrun's bucket leaves expiry markers");
+    conformance::a_watcher_sees_changes_and_takes_no_turn(&nt, &requests).await;
+}
+
+/// In a Choria bucket a watcher sees a Choria leader's every write (its campaign's updates
+/// too) and its evict. An expiry there leaves no marker (a max age), so it says PushesWrites:
+/// `watch` reads again when the lease it saw would lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watcher_in_a_choria_bucket_sees_a_choria_leaders_writes() {
+    let nt = nt().await;
+    let choria = nt.server.choria_bucket_with_max_age(CHORIA_MAX_AGE).await;
+    let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
+    let watcher = open_url(&url, Access::Existing).await.unwrap();
+    assert_eq!(watcher.observing(), Observing::PushesWrites);
+    let sees = |what: &'static str| {
+        let watcher = watcher.clone();
+        tokio::spawn(async move {
+            assert!(!watcher.status("my_app").await.unwrap().revoked);
+            tokio::time::timeout(SOON, watcher.observe_change("my_app", Duration::from_secs(3600)))
+                .await
+                .unwrap_or_else(|_| panic!("the watcher never saw {what}"));
+        })
+    };
+    let seen = sees("the create");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let revision = choria.create("my_app", "choria-a".into()).await.unwrap();
+    seen.await.unwrap();
+    let status = watcher.status("my_app").await.unwrap();
+    assert_eq!((status.holder.as_deref(), status.token), (Some("choria-a"), revision));
+    assert!(status.campaigner.is_some() && !status.kept);
+    let seen = sees("the campaign's update");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let renewed = choria.update("my_app", "choria-a".into(), revision).await.unwrap();
+    seen.await.unwrap();
+    assert_eq!(watcher.status("my_app").await.unwrap().token, renewed);
+    let seen = sees("the evict");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    choria.delete("my_app").await.unwrap();
+    seen.await.unwrap();
+    assert!(!watcher.status("my_app").await.unwrap().is_held());
 }
 
 /// A holder that dies without releasing (nothing renews its entry): the standby's kept watch

@@ -260,6 +260,16 @@ async fn an_idle_standby_keeps_one_watch_and_sends_nothing() {
     conformance::an_idle_standby_sends_nothing(&h, &requests).await;
 }
 
+/// `leaderrun watch` watches what `status` reads (the lock's children, the lowest one's data):
+/// it sees every change, a session's expiry too (the ephemeral child goes), asks nothing while
+/// nothing changes, and joins no queue.
+#[tokio::test]
+async fn a_watcher_sees_changes_and_takes_no_turn() {
+    let (requests, _counting) = count_requests();
+    let h = zk().await;
+    conformance::a_watcher_sees_changes_and_takes_no_turn(&h, &requests).await;
+}
+
 /// Waiters queue, each watching the one ahead of it: a release wakes one waiter, which reads the
 /// lock and takes it (a multi-op); the holder's release deletes its child and its place in the
 /// queue in one multi-op. Three requests per handoff, however many wait (a herd woken at every

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
-use crate::store::Result;
+use crate::store::{Observing, Result};
 
 /// What a client-timed store keeps per lock: client-go's leader election record
 /// (`holderIdentity`, `leaseDurationSeconds`, `acquireTime`, `renewTime`,
@@ -131,5 +131,14 @@ pub trait Records: Send + Sync {
     /// the core waits with `changed` and reads.
     fn poll_every(&self) -> Option<Duration> {
         None
+    }
+    /// `Store::observing`, for `leaderrun watch`: the store's own, as the core adds nothing.
+    fn observing(&self) -> Observing {
+        Observing::Polls
+    }
+    /// `Store::observe_change`: return when the record may have changed since the last
+    /// read, or after `max_wait`; read-only. By default, sleeps.
+    async fn observe_change(&self, _lock: &str, max_wait: Duration) {
+        tokio::time::sleep(max_wait).await
     }
 }

@@ -103,7 +103,7 @@ impl ClientTimed {
             expires_in: Some(ends.and_then(|end| end.duration_since(now).ok()).unwrap_or_default()),
             revoked: record.revoked,
             campaigner: None,
-            kept: false,
+            kept: record.kept_until.is_some(),
         }
     }
 
@@ -382,6 +382,14 @@ impl Store for ClientTimed {
     fn sees_expiry(&self) -> bool {
         // `changed` returns when the version last seen would count as lapsed.
         true
+    }
+
+    fn observing(&self) -> crate::store::Observing {
+        self.records.observing()
+    }
+
+    async fn observe_change(&self, lock: &str, max_wait: Duration) {
+        self.records.observe_change(lock, max_wait).await
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {

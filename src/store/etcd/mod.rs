@@ -71,6 +71,11 @@
 //!   release and every new holder to every waiter (three events per handoff each, no
 //!   requests), which with a hundred waiters on one host is CPU that lengthens the handoff.
 //!
+//! - observe_change (`leaderrun watch`, `observe`): one watcher on the lock key from the
+//!   revision after the last `status` read, kept across calls; no queue entry, no lease. An
+//!   expiry deletes the key (a DELETE on the watch); a renewal is a keep-alive, which leaves
+//!   the key (and the record shown) unchanged.
+//!
 //! Expiry is judged by the etcd leader's lessor on its own monotonic clock; after a leader
 //! change the new leader extends every lease by a full TTL (leases only ever last longer,
 //! the safe direction). etcd enforces a minimum TTL (1.5 election timeouts, 2 s with the
@@ -96,6 +101,7 @@
 
 mod client;
 mod endpoints;
+mod observe;
 mod queue;
 mod target;
 mod wait;
@@ -164,6 +170,10 @@ pub struct EtcdStore {
     spent: Mutex<Option<Place>>,
     /// The cluster refused the queue keys: this store waits without a queue (see `wait`).
     queue_refused: AtomicBool,
+    /// `leaderrun watch`'s watch on a lock key, kept across `observe_change` calls.
+    observed: tokio::sync::Mutex<Option<observe::Observed>>,
+    /// The lock and revision of the last `status` read: a watch starts after it.
+    read: Mutex<Option<(String, i64)>>,
 }
 
 /// What a renewal compares against: the etcd lease the key is attached to, and the key's
@@ -194,6 +204,8 @@ impl EtcdStore {
             waiting: Default::default(),
             spent: Default::default(),
             queue_refused: Default::default(),
+            observed: Default::default(),
+            read: Default::default(),
         })
     }
 
@@ -266,7 +278,7 @@ impl EtcdStore {
                 expires_in: Some(left),
                 revoked: value.revoked,
                 campaigner: None,
-                kept: false,
+                kept: value.kept,
             }),
             // Lapsed, and etcd is about to delete the key.
             None => Ok(LockRecord { token, ..LockRecord::free(lock) }),
@@ -510,6 +522,7 @@ impl Store for EtcdStore {
             ..Default::default()
         };
         let resp = self.txn("status", txn).await?;
+        self.note_read(lock, resp.header.as_ref().map(|h| h.revision));
         match (resp.range(0).first(), resp.range(1).first()) {
             (Some(kv), _) => self.record(lock, kv).await,
             (None, token) => Ok(Self::free_record(lock, token)),
@@ -570,6 +583,16 @@ impl Store for EtcdStore {
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::watch_at_most(self.wait_turn(lock), max_wait).await
+    }
+
+    fn observing(&self) -> super::Observing {
+        // Every change to the record is a write to the lock key, expiry included (etcd deletes
+        // the key with its lease); a renewal changes nothing there.
+        super::Observing::Pushes
+    }
+
+    async fn observe_change(&self, lock: &str, max_wait: Duration) {
+        super::watch_at_most(self.observe(lock), max_wait).await
     }
 }
 

@@ -10,6 +10,7 @@
 //! Requests per call: a read is one GET (two when the Lease does not exist: a LIST by name
 //! then gives the floor); a write is one POST or PUT; a waiting standby keeps one watch
 //! open on the Lease (`feed.rs`) and asks nothing else while the holder renews.
+//! `leaderrun watch` keeps one watch of its own on the Lease (`observe.rs`), and writes nothing.
 //!
 //! Fencing tokens assume what every Kubernetes API server backed by etcd does: a
 //! resourceVersion is the etcd revision of the write, one number for the whole cluster
@@ -22,6 +23,7 @@ mod connect;
 mod feed;
 mod lease;
 mod names;
+mod observe;
 mod target;
 
 use std::collections::HashMap;
@@ -33,7 +35,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 
 use super::client_timed::{client_timed, Created, Feed, Found, Read, Record, Records, Version, Written};
 use super::url::Access;
-use super::{Result, Store};
+use super::{Observing, Result, Store};
 use api::LeaseApi;
 pub use target::Target;
 
@@ -41,6 +43,10 @@ pub use target::Target;
 pub struct LeaseRecords {
     api: Arc<LeaseApi>,
     seen: Arc<LastSeen>,
+    /// `leaderrun watch`'s watch on a Lease, kept across `observe_change` calls.
+    observed: tokio::sync::Mutex<Option<observe::Observed>>,
+    /// The lock and resourceVersion of the last read: a watcher's watch starts after it.
+    read_at: Mutex<Option<(String, String)>>,
 }
 
 /// Each lock's Lease as last read, written or watched: a replace starts from it, so that
@@ -71,7 +77,12 @@ impl LastSeen {
 pub async fn open(target: &Target, _access: Access) -> Result<Box<dyn Store>> {
     let (client, namespace, server) = connect::connect(target).await?;
     let api = Arc::new(LeaseApi::new(client, namespace, &server));
-    Ok(client_timed(Arc::new(LeaseRecords { api, seen: Arc::default() })))
+    Ok(client_timed(Arc::new(LeaseRecords {
+        api,
+        seen: Arc::default(),
+        observed: Default::default(),
+        read_at: Default::default(),
+    })))
 }
 
 impl LeaseRecords {
@@ -93,6 +104,7 @@ impl Records for LeaseRecords {
         let name = names::lease_name(lock);
         let got = self.api.get(&name).await?;
         if let Some(lease) = got.value {
+            self.note_read(lock, lease.metadata.resource_version.clone());
             // Its resourceVersion is the floor: the write that put the last token there, and
             // every renewal since, came later, so it is at least that token.
             let floor = lease::revision(lease.metadata.resource_version.as_deref());
@@ -102,6 +114,7 @@ impl Records for LeaseRecords {
         // latest revision, above every token the deleted Lease ever carried. The LIST also
         // sees a Lease created since the GET.
         let listed = self.api.list(Some(&name)).await?;
+        self.note_read(lock, listed.value.resource_version.clone());
         let floor = lease::revision(listed.value.resource_version.as_deref());
         let found = listed.value.items.into_iter().next().and_then(|lease| self.found(lock, lease));
         Ok(Read { found, server_time: listed.date, floor })
@@ -156,5 +169,16 @@ impl Records for LeaseRecords {
     /// request but this while the holder renews.
     async fn watch(&self, lock: &str, version: &Version) -> Result<Option<Feed>> {
         feed::open(self.api.clone(), self.seen.clone(), lock, version).await.map(Some)
+    }
+
+    /// Every change to the record is a write to the Lease, which the watch shows. A lapse
+    /// is no change at all (the record keeps its holder until a standby takes it over, a
+    /// write): `watch` needs no read at the expiry it saw, only at the next write.
+    fn observing(&self) -> Observing {
+        Observing::Pushes
+    }
+
+    async fn observe_change(&self, lock: &str, max_wait: Duration) {
+        super::watch_at_most(self.observe(lock), max_wait).await
     }
 }

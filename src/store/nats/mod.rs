@@ -66,6 +66,10 @@
 //!   that waiter is never chosen and takes a release after a stagger. In a bucket that leaves expiry markers the
 //!   watch also sees a lease expire, and the waiting run re-reads only when `changed` returns.
 //!
+//! - observe_change (`leaderrun watch`, `observe.rs`): one KV watch on the key, kept across
+//!   calls, outside the queue group; it sees every write (renewals too) and, where the bucket
+//!   leaves them, expiry markers.
+//!
 //! Expiry. Where the bucket allows per-message TTL (`allow_msg_ttl`, nats-server 2.11+;
 //! buckets leaderrun creates do), every write of a held lease carries `Nats-TTL` = ttl rounded
 //! UP to whole seconds (the server's granularity), and the server removes the entry that long
@@ -128,6 +132,7 @@ mod cluster;
 mod connections;
 mod entry;
 mod keys;
+mod observe;
 mod target;
 mod turn;
 mod wait;
@@ -261,6 +266,10 @@ pub struct NatsStore {
     shown: String,
     /// The watch and queue subscription a waiting campaign keeps across `changed` calls.
     watching: tokio::sync::Mutex<Option<Watching>>,
+    /// `leaderrun watch`'s watch on a lock's key, kept across `observe_change` calls.
+    observed: tokio::sync::Mutex<Option<observe::Observed>>,
+    /// The lock and the sequence of its key's last message as the last `status` read them.
+    read_seq: std::sync::Mutex<Option<(String, u64)>>,
 }
 
 impl NatsStore {
@@ -279,6 +288,8 @@ impl NatsStore {
             written: Default::default(),
             shown,
             watching: Default::default(),
+            observed: Default::default(),
+            read_seq: Default::default(),
         };
         if let Err(mut e) = store.bucket().await {
             if e.message.contains("no responders") || e.message.contains("resource does not exist") {
@@ -575,7 +586,7 @@ impl NatsStore {
             expires_in,
             revoked: entry.revoked,
             campaigner,
-            kept: false,
+            kept: entry.kept,
         }
     }
 
@@ -728,6 +739,7 @@ impl Store for NatsStore {
             return Ok(LockRecord::free(lock));
         };
         let entry = self.read(bucket, lock).await?;
+        self.note_read(lock, entry.as_ref().map_or(0, |e| e.seq));
         Ok(self.record(bucket, lock, entry.as_ref()))
     }
 
@@ -834,6 +846,21 @@ impl Store for NatsStore {
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::watch_at_most(self.wait_turn(lock), max_wait).await
+    }
+
+    /// Every write is a message the watch shows (renewals too: each is a republish). An expiry
+    /// is one only where the bucket leaves markers (`sees_expiry`); a Choria bucket's max age
+    /// removes the entry silently.
+    fn observing(&self) -> super::Observing {
+        if self.sees_expiry() {
+            super::Observing::Pushes
+        } else {
+            super::Observing::PushesWrites
+        }
+    }
+
+    async fn observe_change(&self, lock: &str, max_wait: Duration) {
+        super::watch_at_most(self.observe(lock), max_wait).await
     }
 }
 

@@ -132,12 +132,14 @@
 //!
 //! Files: `target.rs` the URL and TLS, `names.rs` lock names as node names, `sessions.rs` the
 //! sessions, `failover.rs` how a session leaves a dead or frozen server, `nodes.rs` reading and
-//! taking a lock's nodes, `queue.rs` the waiters' queue and their watches, `errors.rs` ZooKeeper's errors in one line; the `Store` calls are here.
+//! taking a lock's nodes, `queue.rs` the waiters' queue and their watches, `observe.rs`
+//! `leaderrun watch`'s watches (on what `status` reads; no queue node), `errors.rs` ZooKeeper's errors in one line; the `Store` calls are here.
 
 mod errors;
 mod failover;
 mod names;
 mod nodes;
+mod observe;
 mod queue;
 mod sessions;
 mod target;
@@ -178,6 +180,10 @@ pub struct ZooKeeperStore {
     place: Mutex<Option<queue::Place>>,
     /// The watch a waiting campaign keeps across `changed` calls (`queue::Watching`).
     watching: tokio::sync::Mutex<Option<queue::Watching>>,
+    /// `leaderrun watch`'s watches, kept across `observe_change` calls (`observe.rs`).
+    observed: tokio::sync::Mutex<Option<observe::Observed>>,
+    /// What the last `status` read of a lock saw, for the watches to start from.
+    read: Mutex<Option<(String, observe::Mark)>>,
 }
 
 /// How a release in one step went.
@@ -214,6 +220,8 @@ impl ZooKeeperStore {
             longest_ttl: tokio::sync::OnceCell::new(),
             place: Mutex::new(None),
             watching: Default::default(),
+            observed: Default::default(),
+            read: Mutex::new(None),
         };
         let zk = store.connect(READS_SESSION).await?;
         store.tick = tick_bound(zk.granted());
@@ -501,7 +509,8 @@ impl Store for ZooKeeperStore {
     async fn status(&self, lock: &str) -> Result<LockRecord> {
         let zk = self.read_session().await?;
         self.sync_root(&zk).await?;
-        let lookup = self.lookup("status", &zk, lock).await?;
+        let (lookup, mark) = self.lookup_marked("status", &zk, lock).await?;
+        self.note_read(lock, mark);
         Ok(Self::lookup_record(lock, &lookup))
     }
 
@@ -606,5 +615,15 @@ impl Store for ZooKeeperStore {
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::watch_at_most(self.wait_change(lock), max_wait).await
+    }
+
+    fn observing(&self) -> super::Observing {
+        // The holder's child is ephemeral: its session's expiry deletes it, and the watch on the
+        // lock's children sees that. A kept lease's end is timed by `observe` itself.
+        super::Observing::Pushes
+    }
+
+    async fn observe_change(&self, lock: &str, max_wait: Duration) {
+        super::watch_at_most(self.observe(lock), max_wait).await
     }
 }

@@ -7,6 +7,7 @@ use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, Mult
 
 use super::failover::read_moving;
 use super::names::{encode, sequence, LEASE_PREFIX};
+use super::observe::Mark;
 use super::sessions::{request, Zk};
 use super::ZooKeeperStore;
 use crate::store::url::Access;
@@ -157,16 +158,23 @@ impl ZooKeeperStore {
 
     /// What holds a lock: its lowest lease child, read.
     pub(super) async fn lookup(&self, op: &'static str, zk: &Zk, lock: &str) -> Result<Lookup> {
+        Ok(self.lookup_marked(op, zk, lock).await?.0)
+    }
+
+    /// `lookup`, and what a watcher compares with to tell whether the lock changed since.
+    pub(super) async fn lookup_marked(&self, op: &'static str, zk: &Zk, lock: &str) -> Result<(Lookup, Mark)> {
         for _ in 0..MAX_RACES {
-            let Some((seqs, _)) = self.children(op, zk, lock).await? else {
-                return Ok(Lookup::Free(0));
+            let Some((seqs, parent)) = self.children(op, zk, lock).await? else {
+                return Ok((Lookup::Free(0), Mark { children: 0, lowest: None }));
             };
+            let mut mark = Mark { children: parent.pzxid, lowest: None };
             let Some(&seq) = seqs.first() else {
-                return Ok(Lookup::Free(self.last_token(op, zk, lock).await?));
+                return Ok((Lookup::Free(self.last_token(op, zk, lock).await?), mark));
             };
             // Gone between the two reads: look again.
             if let Some((value, stat)) = self.read_child(op, zk, &self.child(lock, seq)).await? {
-                return Ok(Lookup::Lowest { seq, value, stat });
+                mark.lowest = Some((seq, stat.mzxid));
+                return Ok((Lookup::Lowest { seq, value, stat }, mark));
             }
         }
         Err(StoreError::unavailable(format!("zookeeper store {}: lock {lock:?} kept changing", self.shown)))
@@ -192,7 +200,8 @@ impl ZooKeeperStore {
             expires_in: Some(expires_in),
             revoked: value.revoked,
             campaigner: None,
-            kept: false,
+            // A --min-hold keep is the one persistent child: no session holds it.
+            kept: stat.ephemeral_owner == 0,
         }
     }
 
