@@ -448,6 +448,8 @@ pub async fn a_watcher_sees_changes_and_takes_no_turn(h: &dyn Harness, requests:
         }
         assert_eq!(requests.count() - before, 0, "a watcher asks nothing while nothing changes");
     }
+    // A read before each wait: the watcher then waits for this change, not an earlier one.
+    watcher.status(&lock).await.unwrap();
     let seen = sees("revoked");
     tokio::time::sleep(Duration::from_millis(300)).await;
     holder.revoke(&lock).await.unwrap();
@@ -456,6 +458,7 @@ pub async fn a_watcher_sees_changes_and_takes_no_turn(h: &dyn Harness, requests:
     // A new lease, kept for --min-hold when its child is done, then freed by a revoke.
     holder.release(&lease, Duration::ZERO).await.unwrap();
     let lease = won(&*holder, &lock, "holder", TTL).await;
+    watcher.status(&lock).await.unwrap();
     let seen = sees("kept");
     tokio::time::sleep(Duration::from_millis(300)).await;
     holder.release(&lease, Duration::from_secs(600)).await.unwrap();
@@ -467,6 +470,7 @@ pub async fn a_watcher_sees_changes_and_takes_no_turn(h: &dyn Harness, requests:
     let lease = won(&*holder, &lock, "holder", TTL).await;
     held(&*standby, &lock, "standby").await;
     let waiting = waiting(&standby, &lock);
+    watcher.status(&lock).await.unwrap();
     let seen = sees("released");
     tokio::time::sleep(Duration::from_millis(300)).await;
     holder.release(&lease, Duration::ZERO).await.unwrap();
