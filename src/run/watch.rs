@@ -237,9 +237,12 @@ fn next_read(observing: Observing, record: &LockRecord) -> Option<Duration> {
     match observing {
         Observing::Polls => None,
         Observing::Pushes => Some(SAFETY_READ),
-        Observing::PushesWrites => {
-            Some(record.expires_in.map_or(SAFETY_READ, |left| (left + Duration::from_millis(20)).min(SAFETY_READ)))
-        }
+        // A lease the store still shows although none of it is left (a client-timed store's
+        // lapsed record, until a standby takes it) changes only by a write: wait for one.
+        Observing::PushesWrites => Some(match record.expires_in {
+            Some(left) if !left.is_zero() => (left + Duration::from_millis(20)).min(SAFETY_READ),
+            _ => SAFETY_READ,
+        }),
     }
 }
 
