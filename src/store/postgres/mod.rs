@@ -18,6 +18,9 @@
 //! hint (the elector also re-reads when the lease it saw expires). LISTEN/NOTIFY does not
 //! pass a transaction-pooling proxy; waiters then fall back on that re-read.
 //!
+//! `leaderrun watch` listens on a session of its own, which no release ever names: a take and
+//! a keep are announced for it on `leaderrun_change` (`observe.rs`).
+//!
 //! Round trips: every statement is one simple query with its values quoted in (`Sql::text`),
 //! so it costs one round trip, where a prepared statement costs two the first time (Parse
 //! and Describe, then Bind and Execute); no server-side prepared statement is left behind,

@@ -9,8 +9,9 @@
 //! may not exist), and neither does an expiry: `watch` reads again when the lease it saw
 //! would lapse.
 //!
-//! What it costs: the acquire's NOTIFY is queued at commit, whether or not anyone listens
-//! (the figures are in the commit that added it). Behind a transaction-pooling proxy that
+//! What it costs: the acquire's NOTIFY is queued at commit, whether or not anyone listens:
+//! with pgbench against a local server, 0.26-0.34 ms an acquire with it against 0.23-0.31 ms
+//! without (a busy 2-core host: within the noise). Behind a transaction-pooling proxy that
 //! refuses LISTEN, a watcher reads once a second instead (`release_feed::observe`).
 
 use async_trait::async_trait;

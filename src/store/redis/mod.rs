@@ -41,15 +41,18 @@
 //! longest, so a release wakes one waiter, not all of them. A release is also announced with
 //! `PUBLISH {prefix}released <name>`, which older leaderrun waiters subscribe to, and so do
 //! waiters whose user may not run BLPOP. Either is only a hint: an expiry is never announced,
-//! and the elector re-reads when the lease it last saw would expire.
+//! and the elector re-reads when the lease it last saw would expire. `leaderrun watch`
+//! subscribes to that channel too, on which a take, a keep and a revoke are also published
+//! (`observe.rs`); it never touches a wake list.
 //!
 //! Calls go through one `ConnectionManager` per store, which reconnects by itself after a
 //! server restart (the first call after it fails, as unavailable; the elector retries).
 //!
 //! Commands used: `CONFIG GET maxmemory-policy` (or `INFO memory`) when the store opens,
 //! `EVALSHA` and, when the server does not know a script yet, `SCRIPT LOAD`; waiters add
-//! `BLPOP` (or, without it, `HELLO 3` and `SUBSCRIBE`). Keys touched: `{prefix}*` only (an
-//! ACL user needs `~{prefix}*`, `&{prefix}released`, `+blpop`, and `+config|get` or `+info`).
+//! `BLPOP` (or, without it, `HELLO 3` and `SUBSCRIBE`); `leaderrun watch` adds `HELLO 3` and
+//! `SUBSCRIBE`. Keys touched: `{prefix}*` only (an ACL user needs `~{prefix}*`,
+//! `&{prefix}released`, `+blpop`, and `+config|get` or `+info`).
 //!
 //! A password never appears in a message: messages are built from `url::redact(url)` and
 //! the error's own text, never from the redis crate's connection info.
