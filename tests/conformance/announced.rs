@@ -25,7 +25,8 @@ pub async fn each_write_is_announced_to_a_watcher(h: &dyn Harness) {
     announced(&watcher, &lock, "a release", holder.release(&lease, Duration::ZERO)).await.unwrap();
 }
 
-/// Run `change` while the watcher waits on an empty channel, and see the wait end.
+/// Run `change` while the watcher waits on an empty channel, and see the wait end, after which
+/// a read (as `leaderrun watch` makes one then) shows the change.
 async fn announced<T>(watcher: &Arc<dyn Store>, lock: &str, what: &str, change: impl Future<Output = T>) -> T {
     // Until a wait runs to its bound, nothing for this lock is pending (the first may open
     // the channel).
@@ -36,6 +37,8 @@ async fn announced<T>(watcher: &Arc<dyn Store>, lock: &str, what: &str, change: 
             break;
         }
     }
+    let shown = |r: leaderrun::store::LockRecord| (r.holder, r.token, r.revoked, r.kept);
+    let before = shown(watcher.status(lock).await.unwrap());
     let waits = {
         let (watcher, lock) = (watcher.clone(), lock.to_string());
         tokio::spawn(async move { watcher.observe_change(&lock, Duration::from_secs(3600)).await })
@@ -44,5 +47,7 @@ async fn announced<T>(watcher: &Arc<dyn Store>, lock: &str, what: &str, change: 
     assert!(!waits.is_finished(), "the watcher returned before {what}");
     let done = change.await;
     tokio::time::timeout(SOON, waits).await.unwrap_or_else(|_| panic!("the watcher never heard of {what}")).unwrap();
+    let after = shown(watcher.status(lock).await.unwrap());
+    assert_ne!(before, after, "the watcher returned for {what}, but a read then does not show it");
     done
 }

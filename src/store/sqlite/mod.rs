@@ -66,7 +66,7 @@ pub struct SqliteStore {
     /// The wake-up queue beside the file (`None` when the file does not exist).
     wake: Option<wake::Wake>,
     /// A watcher's inotify watch (`observe.rs`), made on the first `observe_change` and kept.
-    watching: Mutex<Option<observe::Writes>>,
+    watching: Mutex<Option<(observe::Writes, Option<i64>)>>,
 }
 
 /// This boot's id. Without it a lease cannot be told from one of an earlier boot: writing a
@@ -277,6 +277,17 @@ macro_rules! with_conn {
             }
         }
     }};
+}
+
+impl SqliteStore {
+    /// SQLite's count of commits by other connections, as this one last saw it (`None`: no
+    /// file, or it cannot be read).
+    async fn data_version(&self) -> Option<i64> {
+        let read = with_conn!(self, "data_version", conn, None, {
+            sqlx::query_scalar::<_, i64>("PRAGMA data_version").fetch_one(&mut *conn).await.map(Some)
+        });
+        read.ok().flatten()
+    }
 }
 
 #[async_trait]
@@ -492,16 +503,24 @@ impl Store for SqliteStore {
     /// Wait for a write to the database (`observe.rs`), any lock's: the caller reads to see
     /// whether this one changed. The watch is kept across calls, so a write between two is
     /// not missed; a watch just made may have missed one: return at once then.
+    ///
+    /// The kernel tells of a write to the log before its commit can be read (SQLite makes a
+    /// commit visible after writing and syncing it), so a write seen is followed until the
+    /// database's `data_version` moves (a local read, every few ms, for at most `SETTLE`):
+    /// only then does the caller's read see it.
     async fn observe_change(&self, _lock: &str, max_wait: Duration) {
         /// How long a wait lasts without a watch (inotify refused): the caller reads about
         /// once a second, as on a store that polls.
         const POLL_WITHOUT_WATCH: Duration = Duration::from_secs(1);
+        /// The longest a write seen is followed (a checkpoint writes without a commit).
+        const SETTLE: Duration = Duration::from_secs(1);
+        const SETTLE_STEP: Duration = Duration::from_millis(5);
         let deadline = tokio::time::Instant::now() + max_wait;
         let poll = || tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + POLL_WITHOUT_WATCH));
         let Ok(mut slot) = self.watching.try_lock() else { return poll().await };
-        let Some(writes) = slot.as_ref() else {
+        let Some((writes, seen)) = slot.as_mut() else {
             match observe::Writes::new(&self.path) {
-                Ok(writes) => *slot = Some(writes),
+                Ok(writes) => *slot = Some((writes, self.data_version().await)),
                 Err(err) => {
                     tracing::debug!("cannot watch {} for writes, polling: {err}", self.path.display());
                     poll().await
@@ -509,8 +528,20 @@ impl Store for SqliteStore {
             }
             return;
         };
-        if let Ok(observe::Seen::Gone) = tokio::time::timeout_at(deadline, writes.next()).await {
-            *slot = None;
+        match tokio::time::timeout_at(deadline, writes.next()).await {
+            Err(_) => {}
+            Ok(observe::Seen::Gone) => *slot = None,
+            Ok(observe::Seen::Written) => {
+                let settled = deadline.min(tokio::time::Instant::now() + SETTLE);
+                while tokio::time::Instant::now() < settled {
+                    let now = self.data_version().await;
+                    if now != *seen {
+                        *seen = now;
+                        return;
+                    }
+                    tokio::time::sleep(SETTLE_STEP).await;
+                }
+            }
         }
     }
 }
