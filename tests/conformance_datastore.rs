@@ -390,3 +390,12 @@ async fn an_unreachable_server_is_an_outage() {
     assert!(err.is_transient(), "{}", err.message);
     assert!(err.message.contains("datastore://some-project") && !err.message.contains('\n'), "{:?}", err.message);
 }
+
+/// `leaderrun watch` on this store: it sees a take, a revoke, a keep and a release (a store
+/// that pushes, without a request while nothing changes), status says `kept`, and a standby
+/// still gets its turn. On a current-thread runtime, so that the requests counted are its own.
+#[tokio::test]
+async fn a_watcher_sees_changes_and_takes_no_turn() {
+    let (requests, _counting) = conformance::count_requests();
+    conformance::a_watcher_sees_changes_and_takes_no_turn(&datastore().await, &requests).await;
+}

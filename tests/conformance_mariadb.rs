@@ -282,3 +282,12 @@ async fn a_waiter_that_never_takes_its_turn_is_bypassed() {
     let third = tokio::time::timeout(conformance::SOON, relief).await.expect("the relief never went").unwrap();
     assert!(third.token > second.token);
 }
+
+/// `leaderrun watch` on this store: it sees a take, a revoke, a keep and a release (a store
+/// that pushes, without a request while nothing changes), status says `kept`, and a standby
+/// still gets its turn. On a current-thread runtime, so that the requests counted are its own.
+#[tokio::test]
+async fn a_watcher_sees_changes_and_takes_no_turn() {
+    let (requests, _counting) = conformance::count_requests();
+    conformance::a_watcher_sees_changes_and_takes_no_turn(&mariadb().await, &requests).await;
+}

@@ -332,3 +332,12 @@ async fn a_silent_holder_is_taken_over_after_one_observation() {
     let second = tokio::time::timeout(conformance::SOON, takeover).await.expect("never taken over");
     assert!(second.token > first.token);
 }
+
+/// `leaderrun watch` on this store: it sees a take, a revoke, a keep and a release (a store
+/// that pushes, without a request while nothing changes), status says `kept`, and a standby
+/// still gets its turn. On a current-thread runtime, so that the requests counted are its own.
+#[tokio::test]
+async fn a_watcher_sees_changes_and_takes_no_turn() {
+    let (requests, _counting) = conformance::count_requests();
+    conformance::a_watcher_sees_changes_and_takes_no_turn(&s3().await, &requests).await;
+}

@@ -160,3 +160,17 @@ mod wake {
         crate::conformance::a_hundred_waiters_take_turns(&sqlite().await, &requests, 2.0..10.0).await;
     }
 }
+
+/// `leaderrun watch` on this store: it sees a take, a revoke, a keep and a release (a store
+/// that pushes, without a request while nothing changes), status says `kept`, and a standby
+/// still gets its turn. On a current-thread runtime, so that the requests counted are its own.
+#[tokio::test]
+async fn a_watcher_sees_changes_and_takes_no_turn() {
+    let (requests, _counting) = conformance::count_requests();
+    conformance::a_watcher_sees_changes_and_takes_no_turn(&sqlite().await, &requests).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_write_is_announced_to_a_watcher() {
+    conformance::announced::each_write_is_announced_to_a_watcher(&sqlite().await).await;
+}

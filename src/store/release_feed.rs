@@ -13,6 +13,10 @@
 //!   the feed; the next wait connects again.
 //! - While the feed cannot be opened, or another task of this process is already
 //!   listening, the wait polls (`poll_until_free`) instead.
+//!
+//! `observe` is the same care for `leaderrun watch`, on a feed of its own that hears every
+//! change to a lock (not only releases) and that no waiter shares: it only listens, so it
+//! takes no turn and spends no wake-up meant for a standby.
 
 use std::future::Future;
 use std::time::Duration;
@@ -98,6 +102,59 @@ pub async fn wait_for_release<S, F, Fut>(
             Ok(Heard::Released(_)) | Ok(Heard::Nothing) => continue,
             Ok(Heard::Lost) => {
                 tracing::debug!("the connection that hears releases was lost");
+                *guard = None;
+                return;
+            }
+        }
+    }
+}
+
+/// How long `observe` waits when it has no feed (it cannot be opened: the server is down, or
+/// a transaction-pooling proxy refused LISTEN): the caller then reads about once a second,
+/// as it would on a store that polls, and never in a tight loop.
+pub const POLL_WITHOUT_FEED: Duration = Duration::from_secs(1);
+
+/// For `leaderrun watch`: return when the feed in `slot` (opened by `open`, bounded by
+/// `open_timeout`, and kept across calls) names `lock`, or after `max_wait`. While the feed
+/// is open this asks the server nothing: what it hears between two calls waits in it, so a
+/// change just after the caller's last read is not missed (one from before only makes this
+/// return early). A feed just opened may have missed a change: this returns at once then,
+/// and the caller reads. A lost feed also returns at once; one that cannot be opened waits
+/// `POLL_WITHOUT_FEED` (within `max_wait`), so the caller polls.
+pub async fn observe<F, Fut>(
+    slot: &Mutex<Option<F>>,
+    open: impl FnOnce() -> Fut,
+    lock: &str,
+    max_wait: Duration,
+    open_timeout: Duration,
+) where
+    F: ReleaseFeed,
+    Fut: Future<Output = std::result::Result<F, String>>,
+{
+    let deadline = Instant::now() + max_wait;
+    let poll = || tokio::time::sleep_until(deadline.min(Instant::now() + POLL_WITHOUT_FEED));
+    // Another task of this process is watching with this store: poll beside it.
+    let Ok(mut guard) = slot.try_lock() else {
+        return poll().await;
+    };
+    let Some(feed) = guard.as_mut() else {
+        match tokio::time::timeout_at(deadline.min(Instant::now() + open_timeout), open()).await {
+            Ok(Ok(feed)) => *guard = Some(feed),
+            Ok(Err(why)) => {
+                tracing::debug!("cannot hear changes, polling: {why}");
+                poll().await
+            }
+            Err(_) => poll().await,
+        }
+        return;
+    };
+    loop {
+        match tokio::time::timeout_at(deadline, feed.next()).await {
+            Err(_) => return,
+            Ok(Heard::Released(name)) if name == lock => return,
+            Ok(Heard::Released(_) | Heard::Nothing) => continue,
+            Ok(Heard::Lost) => {
+                tracing::debug!("the connection that hears changes was lost");
                 *guard = None;
                 return;
             }
@@ -194,5 +251,43 @@ mod tests {
         let waited = wait(&store, &slot, None).await;
         freer.await.unwrap();
         assert!(waited >= Duration::from_secs(30) && waited < Duration::from_secs(32), "{waited:?}");
+    }
+
+    /// Observe `lock` for up to an hour; return how long it took.
+    async fn observed(slot: &Mutex<Option<Scripted>>, feed: Option<Scripted>) -> Duration {
+        let started = Instant::now();
+        let open = || async move { feed.ok_or_else(|| "refused".to_string()) };
+        observe(slot, open, "lock", HOUR, SECOND).await;
+        started.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watcher_returns_once_its_feed_opens_then_only_for_its_lock() {
+        let (_store, slot, send, feed) = held_lock().await;
+        assert_eq!(observed(&slot, Some(feed)).await, Duration::ZERO, "a feed just opened may have missed a change");
+        send.send(Heard::Nothing).unwrap();
+        send.send(Heard::Released("another lock".into())).unwrap();
+        let announcer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            send.send(Heard::Released("lock".into())).unwrap();
+            send
+        });
+        assert_eq!(observed(&slot, None).await, Duration::from_secs(60));
+        let send = announcer.await.unwrap();
+        // Heard while nobody observed: the next call returns at once.
+        send.send(Heard::Released("lock".into())).unwrap();
+        assert_eq!(observed(&slot, None).await, Duration::ZERO);
+        send.send(Heard::Lost).unwrap();
+        assert_eq!(observed(&slot, None).await, Duration::ZERO);
+        assert!(slot.lock().await.is_none(), "a lost feed is dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watcher_without_a_feed_polls() {
+        let (_store, slot, _send, _feed) = held_lock().await;
+        assert_eq!(observed(&slot, None).await, POLL_WITHOUT_FEED);
+        let started = Instant::now();
+        observe(&slot, || async { Err::<Scripted, _>("down".to_string()) }, "lock", SECOND / 4, SECOND).await;
+        assert_eq!(started.elapsed(), SECOND / 4, "never past max_wait");
     }
 }

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod announced;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

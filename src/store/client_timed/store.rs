@@ -103,6 +103,7 @@ impl ClientTimed {
             expires_in: Some(ends.and_then(|end| end.duration_since(now).ok()).unwrap_or_default()),
             revoked: record.revoked,
             campaigner: None,
+            // Only a release with a keep notes one, and a renewal never follows it.
             kept: record.kept_until.is_some(),
         }
     }

@@ -346,11 +346,12 @@ impl MySqlStore {
 
     /// The record of one lock, or `None` if the table has no row for it.
     async fn read(&self, conn: &mut MySqlConnection, lock: &str) -> sqlx::Result<Option<LockRecord>> {
-        let row = sqlx::query(self.sql(&format!("SELECT {COLUMNS} FROM {{t}} WHERE name = ?")))
-            .bind(lock.as_bytes())
-            .fetch_optional(conn)
-            .await?;
-        row.map(|row| record_from(lock.to_string(), &row)).transpose()
+        let select = |columns: &str| self.sql(&format!("SELECT {columns} FROM {{t}} WHERE name = ?"));
+        let mut row = sqlx::query(select(&columns(true))).bind(lock.as_bytes()).fetch_optional(&mut *conn).await;
+        if row.as_ref().is_err_and(no_kept_column) {
+            row = sqlx::query(select(&columns(false))).bind(lock.as_bytes()).fetch_optional(&mut *conn).await;
+        }
+        row?.map(|row| record_from(lock.to_string(), &row)).transpose()
     }
 
     /// Give a lease up: keep it taken until acquired_at + keep if that is still ahead, else
@@ -378,15 +379,23 @@ impl MySqlStore {
     }
 }
 
-/// What `read` and `list` select; `record_from` decodes it.
-const COLUMNS: &str = "holder, token, revoked,
+/// What `read` and `list` select; `record_from` decodes it. A table from before the `kept`
+/// column is read without it (`with_kept` false): `status` and `list` only look, so they do
+/// not add it.
+fn columns(with_kept: bool) -> String {
+    let kept = if with_kept { "kept" } else { "FALSE AS kept" };
+    format!(
+        "holder, token, revoked, {kept},
     TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS left_us,
-    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at) AS since_us";
+    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at) AS since_us"
+    )
+}
 
 fn record_from(lock: String, row: &MySqlRow) -> sqlx::Result<LockRecord> {
     let holder: Option<String> = row.try_get("holder")?;
     let token: u64 = row.try_get("token")?;
     let revoked: bool = row.try_get("revoked")?;
+    let kept: bool = row.try_get("kept")?;
     let left_us: i64 = row.try_get("left_us")?;
     let since_us: i64 = row.try_get("since_us")?;
     let live = holder.is_some() && left_us > 0;
@@ -398,7 +407,7 @@ fn record_from(lock: String, row: &MySqlRow) -> sqlx::Result<LockRecord> {
         expires_in: live.then(|| Duration::from_micros(left_us as u64)),
         revoked: live && revoked,
         campaigner: None,
-        kept: false,
+        kept: live && kept,
     })
 }
 
@@ -637,9 +646,11 @@ impl Store for MySqlStore {
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
         self.call("list", move || async move {
-            let rows = sqlx::query(self.sql(&format!("SELECT name, {COLUMNS} FROM {{t}} ORDER BY name")))
-                .fetch_all(&self.pool)
-                .await;
+            let select = |columns: &str| self.sql(&format!("SELECT name, {columns} FROM {{t}} ORDER BY name"));
+            let mut rows = sqlx::query(select(&columns(true))).fetch_all(&self.pool).await;
+            if rows.as_ref().is_err_and(no_kept_column) {
+                rows = sqlx::query(select(&columns(false))).fetch_all(&self.pool).await;
+            }
             match rows {
                 Ok(rows) => rows
                     .iter()

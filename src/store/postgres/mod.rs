@@ -18,6 +18,9 @@
 //! hint (the elector also re-reads when the lease it saw expires). LISTEN/NOTIFY does not
 //! pass a transaction-pooling proxy; waiters then fall back on that re-read.
 //!
+//! `leaderrun watch` listens on a session of its own, which no release ever names: a take and
+//! a keep are announced for it on `leaderrun_change` (`observe.rs`).
+//!
 //! Round trips: every statement is one simple query with its values quoted in (`Sql::text`),
 //! so it costs one round trip, where a prepared statement costs two the first time (Parse
 //! and Describe, then Bind and Execute); no server-side prepared statement is left behind,
@@ -66,9 +69,11 @@ use tokio::time::timeout;
 
 use super::release_feed::{self, Heard, ReleaseFeed};
 use super::url::{redact, Access};
-use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
+use observe::{Changes, CHANGE_CHANNEL};
 use turns::{Note, Turns, TURN_CHANNEL};
 
+mod observe;
 mod turns;
 
 /// The table used unless the URL says `?table=NAME`.
@@ -200,6 +205,9 @@ struct Sql {
     release: String,
     status: String,
     list: String,
+    /// `status` and `list` on a table from before the `kept` column.
+    status_before_kept: String,
+    list_before_kept: String,
     revoke: String,
 }
 
@@ -268,12 +276,19 @@ impl Sql {
     fn new(table: &str) -> Self {
         let t = format!("\"{table}\"");
         // Unix microseconds and the time left, both computed on the server's clock.
-        let columns = "l.name, l.holder, l.token, l.revoked,
+        let columns = |kept: &str| {
+            format!(
+                "l.name, l.holder, l.token, l.revoked, {kept} AS kept,
             (extract(epoch FROM l.acquired_at) * 1000000)::bigint AS acquired_us,
-            (extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint AS left_us";
+            (extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint AS left_us"
+            )
+        };
+        // A table from before the `kept` column is read without it (`status` and `list` only
+        // look: they add nothing to the table).
+        let (columns, columns_before_kept) = (columns("l.kept"), columns("false"));
         // One clock reading for the whole statement. A row is taken over only if it was
         // released or has expired on the server's clock; the token never resets.
-        let acquire = format!(
+        let insert = format!(
             "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked, kept)
              SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false, false
                FROM (SELECT clock_timestamp() AS now) c
@@ -283,11 +298,13 @@ impl Sql {
              WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
              RETURNING l.token"
         );
+        // A won acquire tells watchers (`observe.rs`); a lost one changed nothing.
+        let tell_watchers = format!("pg_notify('{CHANGE_CHANNEL}', $1)");
         let sql = |s: String| s;
         Self {
             table: t.clone(),
-            acquire_announced: turns::announced_sql(&acquire, "$1"),
-            acquire,
+            acquire_announced: turns::announced_sql(&insert, "$1", &tell_watchers),
+            acquire: format!("WITH won AS ({insert}) SELECT token, {tell_watchers} FROM won"),
             // A row kept for --min-hold has no child left: a renewal sent before its release
             // and arriving after it must not stretch the keep to a full ttl again. (The
             // acquire that made this lease already needed the `kept` column.)
@@ -296,7 +313,8 @@ impl Sql {
                  WHERE name = $2 AND token = $3 AND holder = $4 AND NOT revoked AND NOT kept"
             )),
             // With keep > 0 (--min-hold) the row stays taken until acquired_at + keep if
-            // that is still ahead; otherwise it is freed, and waiters are told.
+            // that is still ahead, and watchers are told (`observe.rs`); otherwise it is
+            // freed, and waiters are told (watchers hear that too).
             release: sql(format!(
                 "WITH done AS (
                     UPDATE {t} l SET
@@ -308,11 +326,19 @@ impl Sql {
                     FROM (SELECT clock_timestamp() AS now) c
                     WHERE l.name = $2 AND l.token = $3 AND l.holder = $4
                     RETURNING l.holder)
-                 SELECT pg_notify('{CHANNEL}', $2), {turn} FROM done WHERE holder IS NULL",
+                 SELECT pg_notify(CASE WHEN holder IS NULL THEN '{CHANNEL}' ELSE '{CHANGE_CHANNEL}' END, $2),
+                        CASE WHEN holder IS NULL THEN {turn} END
+                   FROM done",
                 turn = turns::choose_sql("$2", "$6", "$5")
             )),
             status: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1")),
             list: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name")),
+            status_before_kept: format!(
+                "SELECT {columns_before_kept} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1"
+            ),
+            list_before_kept: format!(
+                "SELECT {columns_before_kept} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name"
+            ),
             // Compare-and-set on the token read: a lease taken in between is left alone. A
             // lease only kept for --min-hold has no child and no holder left to free it: it is
             // freed now; a live one is only asked to stand down. (SET reads the old row.)
@@ -347,6 +373,11 @@ pub struct PostgresStore {
     /// The listener, opened on the first `changed` and dropped once a lease is won (a
     /// holder reads no notifications, and unread ones would pile up on the server).
     listener: Mutex<Option<Waiting>>,
+    /// A pool of one for a watcher's LISTEN connection (`observe.rs`), which is neither a
+    /// lease call's nor a waiter's.
+    watch_pool: PgPool,
+    /// A watcher's listener, opened on the first `observe_change` and kept.
+    watching: Mutex<Option<Changes>>,
     /// The pid of this store's last waiting session (0: none), which its releases leave out
     /// when they pick whose turn it is (`turns.rs`).
     waited_as: AtomicU32,
@@ -381,11 +412,18 @@ impl PostgresStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_release(|_, _| Box::pin(async { Ok(false) }))
             .connect_lazy_with(options.clone());
+        let watch_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_release(|_, _| Box::pin(async { Ok(false) }))
+            .connect_lazy_with(options.clone());
         let mut store = Self {
             pool,
             slot: tokio::sync::Mutex::new(None),
             listen_pool,
             listener: Mutex::new(None),
+            watch_pool,
+            watching: Mutex::new(None),
             waited_as: AtomicU32::new(0),
             sql: Sql::new(table),
             options,
@@ -487,7 +525,10 @@ impl PostgresStore {
     }
 
     async fn read(&self, conn: &mut sqlx::PgConnection, lock: &str) -> Result<LockRecord> {
-        let row = self.statement(&self.sql.status, &[Value::Text(lock)])?.fetch_optional(&mut *conn).await;
+        let mut row = self.statement(&self.sql.status, &[Value::Text(lock)])?.fetch_optional(&mut *conn).await;
+        if row.as_ref().is_err_and(no_kept_column) {
+            row = self.statement(&self.sql.status_before_kept, &[Value::Text(lock)])?.fetch_optional(&mut *conn).await;
+        }
         match row {
             Ok(Some(row)) => Ok(record_from(&row)),
             Ok(None) => Ok(LockRecord::free(lock)),
@@ -623,6 +664,7 @@ fn record_from(row: &PgRow) -> LockRecord {
     let holder: Option<String> = row.get("holder");
     let token: i64 = row.get("token");
     let revoked: bool = row.get("revoked");
+    let kept: bool = row.get("kept");
     let acquired_us: i64 = row.get("acquired_us");
     let left_us: i64 = row.get("left_us");
     let live = holder.is_some() && left_us > 0;
@@ -634,7 +676,7 @@ fn record_from(row: &PgRow) -> LockRecord {
         expires_in: live.then(|| Duration::from_micros(left_us as u64)),
         revoked: live && revoked,
         campaigner: None,
-        kept: false,
+        kept: live && kept,
     }
 }
 
@@ -732,7 +774,11 @@ impl PostgresStore {
     }
 
     async fn list_on(&self, conn: &mut sqlx::PgConnection) -> Result<Vec<LockRecord>> {
-        match self.statement(&self.sql.list, &[])?.fetch_all(&mut *conn).await {
+        let mut rows = self.statement(&self.sql.list, &[])?.fetch_all(&mut *conn).await;
+        if rows.as_ref().is_err_and(no_kept_column) {
+            rows = self.statement(&self.sql.list_before_kept, &[])?.fetch_all(&mut *conn).await;
+        }
+        match rows {
             Ok(rows) => Ok(rows.iter().map(record_from).collect()),
             Err(err) if self.no_table(&err) => Ok(Vec::new()),
             Err(err) => Err(self.error(err)),
@@ -818,6 +864,17 @@ impl Store for PostgresStore {
         }
         let open = || async { self.listen(lock).await.map_err(|err| err.message) };
         release_feed::wait_for_release(self, &self.listener, open, lock, max_wait, ACQUIRE_TIMEOUT, POLL).await
+    }
+
+    /// A renewal is not announced, nor is an expiry (`observe.rs`).
+    fn observing(&self) -> Observing {
+        Observing::PushesWrites
+    }
+
+    /// Wait on the watcher's own listener (`observe.rs`): it takes no waiter's turn.
+    async fn observe_change(&self, lock: &str, max_wait: Duration) {
+        let open = || async { self.listen_for_changes().await.map_err(|err| err.message) };
+        release_feed::observe(&self.watching, open, lock, max_wait, ACQUIRE_TIMEOUT).await
     }
 }
 

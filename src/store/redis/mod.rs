@@ -41,15 +41,18 @@
 //! longest, so a release wakes one waiter, not all of them. A release is also announced with
 //! `PUBLISH {prefix}released <name>`, which older leaderrun waiters subscribe to, and so do
 //! waiters whose user may not run BLPOP. Either is only a hint: an expiry is never announced,
-//! and the elector re-reads when the lease it last saw would expire.
+//! and the elector re-reads when the lease it last saw would expire. `leaderrun watch`
+//! subscribes to that channel too, on which a take, a keep and a revoke are also published
+//! (`observe.rs`); it never touches a wake list.
 //!
 //! Calls go through one `ConnectionManager` per store, which reconnects by itself after a
 //! server restart (the first call after it fails, as unavailable; the elector retries).
 //!
 //! Commands used: `CONFIG GET maxmemory-policy` (or `INFO memory`) when the store opens,
 //! `EVALSHA` and, when the server does not know a script yet, `SCRIPT LOAD`; waiters add
-//! `BLPOP` (or, without it, `HELLO 3` and `SUBSCRIBE`). Keys touched: `{prefix}*` only (an
-//! ACL user needs `~{prefix}*`, `&{prefix}released`, `+blpop`, and `+config|get` or `+info`).
+//! `BLPOP` (or, without it, `HELLO 3` and `SUBSCRIBE`); `leaderrun watch` adds `HELLO 3` and
+//! `SUBSCRIBE`. Keys touched: `{prefix}*` only (an ACL user needs `~{prefix}*`,
+//! `&{prefix}released`, `+blpop`, and `+config|get` or `+info`).
 //!
 //! A password never appears in a message: messages are built from `url::redact(url)` and
 //! the error's own text, never from the redis crate's connection info.
@@ -65,12 +68,14 @@ use tokio::sync::Mutex;
 
 use super::release_feed::{self, Heard, ReleaseFeed};
 use super::url::Access;
-use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
+use observe::Changes;
 use scripts::Scripts;
 pub use target::Target;
 use wake::{Waker, Woke};
 
 mod eviction;
+mod observe;
 mod scripts;
 mod target;
 mod wake;
@@ -120,6 +125,8 @@ pub struct RedisStore {
     pubsub: Mutex<Option<Subscription>>,
     /// Where waiters block for their turn (`wake.rs`).
     waker: Waker,
+    /// A watcher's own subscription (`observe.rs`), made on the first `observe_change`.
+    watching: Mutex<Option<Changes>>,
     /// The server refused BLPOP (an ACL without it): wait on the subscription instead.
     no_blpop: AtomicBool,
     scripts: Scripts,
@@ -153,6 +160,7 @@ impl RedisStore {
             conn,
             pubsub: Mutex::new(None),
             waker,
+            watching: Mutex::new(None),
             no_blpop: AtomicBool::new(false),
             scripts: Scripts::new(),
             prefix,
@@ -279,9 +287,12 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
-/// A record from the 7 fields `read` returns.
+/// How many fields `read` returns for a record.
+const RECORD_FIELDS: usize = 8;
+
+/// A record from the fields `read` returns.
 fn record(fields: &[Value]) -> Option<LockRecord> {
-    let [name, held, holder, token, acquired_ms, left_ms, revoked] = fields else {
+    let [name, held, holder, token, acquired_ms, left_ms, revoked, kept] = fields else {
         return None;
     };
     let name = text(name)?;
@@ -299,7 +310,7 @@ fn record(fields: &[Value]) -> Option<LockRecord> {
         expires_in: (left_ms >= 0).then(|| Duration::from_millis(left_ms as u64)),
         revoked: int(revoked)? == 1,
         campaigner: None,
-        kept: false,
+        kept: int(kept)? == 1,
     })
 }
 
@@ -322,7 +333,8 @@ impl Store for RedisStore {
             .key(format!("{}locks", self.prefix))
             .arg(lock)
             .arg(identity)
-            .arg(millis(ttl));
+            .arg(millis(ttl))
+            .arg(self.channel());
         let value = self.run("acquire", &invocation).await?;
         let fields = items(&value);
         match fields.first().and_then(int) {
@@ -381,8 +393,11 @@ impl Store for RedisStore {
         invocation.key(format!("{}locks", self.prefix)).arg(&self.prefix);
         let value = self.run("list", &invocation).await?;
         let fields = items(&value);
-        let mut records =
-            fields.chunks(7).map(record).collect::<Option<Vec<_>>>().ok_or_else(|| self.bad_answer("list", &value))?;
+        let mut records = fields
+            .chunks(RECORD_FIELDS)
+            .map(record)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| self.bad_answer("list", &value))?;
         records.sort_by(|a, b| a.lock.cmp(&b.lock));
         Ok(records)
     }
@@ -429,6 +444,21 @@ impl Store for RedisStore {
         let open = || async { self.subscribe().await.map_err(|err| error(&self.shown, err).message) };
         release_feed::wait_for_release(self, &self.pubsub, open, lock, max_wait, TIMEOUT, POLL).await
     }
+
+    /// A renewal is not published, and an expiry is silent (`observe.rs`).
+    fn observing(&self) -> Observing {
+        Observing::PushesWrites
+    }
+
+    /// Wait on the watcher's own subscription (`observe.rs`): it pops no wake list.
+    async fn observe_change(&self, lock: &str, max_wait: Duration) {
+        let open = || async {
+            // One line per request at -vvv: the benchmarks count them.
+            tracing::trace!(op = "watch", "store request");
+            self.subscribe().await.map(Changes).map_err(|err| error(&self.shown, err).message)
+        };
+        release_feed::observe(&self.watching, open, lock, max_wait, TIMEOUT).await
+    }
 }
 
 #[cfg(test)]
@@ -438,12 +468,33 @@ mod tests {
     #[test]
     fn records() {
         let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
-        let free = [s("n"), Value::Int(0), s(""), Value::Int(7), Value::Int(0), Value::Int(0), Value::Int(0)];
+        let free =
+            [s("n"), Value::Int(0), s(""), Value::Int(7), Value::Int(0), Value::Int(0), Value::Int(0), Value::Int(0)];
         assert_eq!(record(&free).unwrap(), LockRecord { token: 7, ..LockRecord::free("n") });
-        let held = [s("n"), Value::Int(1), s("a"), Value::Int(3), Value::Int(1000), Value::Int(2500), Value::Int(1)];
+        let held = [
+            s("n"),
+            Value::Int(1),
+            s("a"),
+            Value::Int(3),
+            Value::Int(1000),
+            Value::Int(2500),
+            Value::Int(1),
+            Value::Int(0),
+        ];
         let held = record(&held).unwrap();
-        assert_eq!((held.holder.as_deref(), held.token, held.revoked), (Some("a"), 3, true));
+        assert_eq!((held.holder.as_deref(), held.token, held.revoked, held.kept), (Some("a"), 3, true, false));
         assert_eq!(held.expires_in, Some(Duration::from_millis(2500)));
-        assert!(record(&free[..6]).is_none());
+        let kept = [
+            s("n"),
+            Value::Int(1),
+            s("a"),
+            Value::Int(3),
+            Value::Int(1000),
+            Value::Int(2500),
+            Value::Int(0),
+            Value::Int(1),
+        ];
+        assert!(record(&kept).unwrap().kept);
+        assert!(record(&free[..7]).is_none());
     }
 }

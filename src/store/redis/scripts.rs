@@ -4,17 +4,24 @@
 use redis::Script;
 
 /// Returns a lock's record as a flat array:
-/// {name, held (0/1), holder, token, acquired_ms, ms left, revoked (0/1)}.
+/// {name, held (0/1), holder, token, acquired_ms, ms left, revoked (0/1), kept (0/1)}.
 /// KEYS: lock key, token key. ARGV[1]: the lock name.
 const READ: &str = r#"
 local function read(lock_key, token_key, name)
-  local h = redis.call('HMGET', lock_key, 'holder', 'token', 'acquired_ms', 'revoked')
+  local h = redis.call('HMGET', lock_key, 'holder', 'token', 'acquired_ms', 'revoked', 'kept')
   if not h[1] then
-    return {name, 0, '', tonumber(redis.call('GET', token_key) or '0'), 0, 0, 0}
+    return {name, 0, '', tonumber(redis.call('GET', token_key) or '0'), 0, 0, 0, 0}
   end
-  local revoked = 0
+  local revoked, kept = 0, 0
   if h[4] == '1' then revoked = 1 end
-  return {name, 1, h[1], tonumber(h[2]), tonumber(h[3]), redis.call('PTTL', lock_key), revoked}
+  if h[5] == '1' then kept = 1 end
+  return {name, 1, h[1], tonumber(h[2]), tonumber(h[3]), redis.call('PTTL', lock_key), revoked, kept}
+end
+-- Tell watchers (see observe.rs) that a lock changed without being freed: on the channel
+-- releases are published on, with a payload that is never a lock name (a name has no
+-- newline), so that a waiter listening there for its lock's name ignores it.
+local function changed(channel, name, what)
+  redis.call('PUBLISH', channel, name .. '\n' .. what)
 end
 -- Hand one waiter blocked in BLPOP on the wake list its turn (see wake.rs): the list keeps
 -- at most one element, for ms milliseconds, if nobody is blocked.
@@ -31,7 +38,7 @@ end
 
 /// The scripts, each one atomic step on the server.
 pub(super) struct Scripts {
-    /// KEYS: lock, token, locks set. ARGV: name, identity, ttl_ms.
+    /// KEYS: lock, token, locks set. ARGV: name, identity, ttl_ms, channel.
     /// Returns {1, token} when won, else {0, record...}.
     pub(super) acquire: Script,
     /// KEYS: lock, token. ARGV: name, identity, token, ttl_ms. Returns {1} or {0, record...}.
@@ -64,6 +71,7 @@ redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'token', string.format('%d', toke
   'acquired_ms', string.format('%d', now_ms()), 'revoked', '0')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[1])
+changed(ARGV[4], ARGV[1], 'taken')
 return {1, token}
 "#,
             ),
@@ -84,7 +92,7 @@ return r
             // With keep > 0 (--min-hold) the key stays, with its holder, until
             // acquired_ms + keep if that is still ahead, marked `kept`: its child is gone;
             // otherwise it goes, and waiters are told: one by the wake list, older ones on the
-            // channel.
+            // channel (where watchers hear of both).
             release: script(
                 r#"
 local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'acquired_ms')
@@ -95,6 +103,7 @@ local keep_until = tonumber(h[3]) + tonumber(ARGV[4])
 if tonumber(ARGV[4]) > 0 and keep_until > now_ms() then
   redis.call('HSET', KEYS[1], 'kept', '1')
   redis.call('PEXPIREAT', KEYS[1], string.format('%d', keep_until))
+  changed(ARGV[5], ARGV[1], 'kept')
   return 1
 end
 redis.call('DEL', KEYS[1])
@@ -128,6 +137,7 @@ if r[2] == 1 then
     wake(KEYS[3], ARGV[3])
   else
     redis.call('HSET', KEYS[1], 'revoked', '1')
+    changed(ARGV[2], ARGV[1], 'revoked')
   end
 end
 return r

@@ -7,8 +7,10 @@
 //! is void after it (every process of that boot is gone). The file must stay on a
 //! local filesystem: SQLite's locking is not to be trusted over NFS.
 //!
-//! Waiters wait in the kernel, not by polling: see `wake`.
+//! Waiters wait in the kernel, not by polling: see `wake`. So does `leaderrun watch`, on
+//! inotify, outside the waiters' queue: see `observe`.
 
+mod observe;
 mod sidecar;
 mod turn;
 mod wake;
@@ -23,7 +25,7 @@ use sqlx::{ConnectOptions, Row};
 use tokio::sync::Mutex;
 
 use super::url::Access;
-use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
 use crate::clock::boottime;
 
 /// How long a statement waits for another process's write lock before failing.
@@ -63,6 +65,8 @@ pub struct SqliteStore {
     boot: String,
     /// The wake-up queue beside the file (`None` when the file does not exist).
     wake: Option<wake::Wake>,
+    /// A watcher's inotify watch (`observe.rs`), made on the first `observe_change` and kept.
+    watching: Mutex<Option<(observe::Writes, Option<i64>)>>,
 }
 
 /// This boot's id. Without it a lease cannot be told from one of an earlier boot: writing a
@@ -122,7 +126,7 @@ impl SqliteStore {
     async fn open_on_boot(path: &Path, access: Access, boot_id_file: &Path) -> Result<Self> {
         let boot = read_boot_id(boot_id_file)?;
         if access == Access::Existing && !path.exists() {
-            return Ok(Self { conn: None, path: path.to_path_buf(), boot, wake: None });
+            return Ok(Self { conn: None, path: path.to_path_buf(), boot, wake: None, watching: Mutex::new(None) });
         }
         // NORMAL, and FULL around each acquire (see there).
         let options = SqliteConnectOptions::new()
@@ -141,7 +145,13 @@ impl SqliteStore {
             match Self::connect(&options, access).await {
                 Ok(conn) => {
                     let wake = Some(wake::Wake::new(path, access == Access::Create));
-                    return Ok(Self { conn: Some(Mutex::new(conn)), path: path.to_path_buf(), boot, wake });
+                    return Ok(Self {
+                        conn: Some(Mutex::new(conn)),
+                        path: path.to_path_buf(),
+                        boot,
+                        wake,
+                        watching: Mutex::new(None),
+                    });
                 }
                 Err(err) if is_busy(&err) && started.elapsed() < BUSY_TIMEOUT => {
                     let pause = rand::rng().random_range(2..20);
@@ -218,7 +228,7 @@ impl SqliteStore {
             expires_in: live.then(|| Duration::from_nanos(left as u64)),
             revoked: live && revoked != 0,
             campaigner: None,
-            kept: false,
+            kept: live && kept != 0,
         };
         (record, live && kept != 0)
     }
@@ -267,6 +277,17 @@ macro_rules! with_conn {
             }
         }
     }};
+}
+
+impl SqliteStore {
+    /// SQLite's count of commits by other connections, as this one last saw it (`None`: no
+    /// file, or it cannot be read).
+    async fn data_version(&self) -> Option<i64> {
+        let read = with_conn!(self, "data_version", conn, None, {
+            sqlx::query_scalar::<_, i64>("PRAGMA data_version").fetch_one(&mut *conn).await.map(Some)
+        });
+        read.ok().flatten()
+    }
 }
 
 #[async_trait]
@@ -471,6 +492,56 @@ impl Store for SqliteStore {
         // Without a file (a command that only looks) there is nothing to wait for.
         if let Some(wake) = &self.wake {
             wake.changed(self, lock, max_wait).await
+        }
+    }
+
+    /// Every write to the file is seen, a renewal's too; an expiry writes nothing.
+    fn observing(&self) -> Observing {
+        Observing::PushesWrites
+    }
+
+    /// Wait for a write to the database (`observe.rs`), any lock's: the caller reads to see
+    /// whether this one changed. The watch is kept across calls, so a write between two is
+    /// not missed; a watch just made may have missed one: return at once then.
+    ///
+    /// The kernel tells of a write to the log before its commit can be read (SQLite makes a
+    /// commit visible after writing and syncing it), so a write seen is followed until the
+    /// database's `data_version` moves (a local read, every few ms, for at most `SETTLE`):
+    /// only then does the caller's read see it.
+    async fn observe_change(&self, _lock: &str, max_wait: Duration) {
+        /// How long a wait lasts without a watch (inotify refused): the caller reads about
+        /// once a second, as on a store that polls.
+        const POLL_WITHOUT_WATCH: Duration = Duration::from_secs(1);
+        /// The longest a write seen is followed (a checkpoint writes without a commit).
+        const SETTLE: Duration = Duration::from_secs(1);
+        const SETTLE_STEP: Duration = Duration::from_millis(5);
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let poll = || tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + POLL_WITHOUT_WATCH));
+        let Ok(mut slot) = self.watching.try_lock() else { return poll().await };
+        let Some((writes, seen)) = slot.as_mut() else {
+            match observe::Writes::new(&self.path) {
+                Ok(writes) => *slot = Some((writes, self.data_version().await)),
+                Err(err) => {
+                    tracing::debug!("cannot watch {} for writes, polling: {err}", self.path.display());
+                    poll().await
+                }
+            }
+            return;
+        };
+        match tokio::time::timeout_at(deadline, writes.next()).await {
+            Err(_) => {}
+            Ok(observe::Seen::Gone) => *slot = None,
+            Ok(observe::Seen::Written) => {
+                let settled = deadline.min(tokio::time::Instant::now() + SETTLE);
+                while tokio::time::Instant::now() < settled {
+                    let now = self.data_version().await;
+                    if now != *seen {
+                        *seen = now;
+                        return;
+                    }
+                    tokio::time::sleep(SETTLE_STEP).await;
+                }
+            }
         }
     }
 }
