@@ -57,8 +57,11 @@ const WAL_PAGES: &str = "64";
 const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 
 pub struct SqliteStore {
-    /// `None` when the file does not exist and the caller only looks (status, list).
-    conn: Option<Mutex<SqliteConnection>>,
+    /// Unset while the file does not exist and the caller only looks (status, list, watch).
+    conn: tokio::sync::OnceCell<Mutex<SqliteConnection>>,
+    /// How to open the file once it exists, for a store opened before it did: a `watch`
+    /// started before the first run on a new file must see that run.
+    later: Option<SqliteConnectOptions>,
     /// For error messages.
     path: PathBuf,
     /// This boot's id: a lease written under another is from before a reboot, and void.
@@ -126,17 +129,16 @@ impl SqliteStore {
     async fn open_on_boot(path: &Path, access: Access, boot_id_file: &Path) -> Result<Self> {
         let boot = read_boot_id(boot_id_file)?;
         if access == Access::Existing && !path.exists() {
-            return Ok(Self { conn: None, path: path.to_path_buf(), boot, wake: None, watching: Mutex::new(None) });
+            return Ok(Self {
+                conn: tokio::sync::OnceCell::new(),
+                later: Some(Self::options(path, access)),
+                path: path.to_path_buf(),
+                boot,
+                wake: None,
+                watching: Mutex::new(None),
+            });
         }
-        // NORMAL, and FULL around each acquire (see there).
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(access == Access::Create)
-            .busy_timeout(BUSY_TIMEOUT)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .pragma("wal_autocheckpoint", WAL_PAGES)
-            .log_statements(tracing::log::LevelFilter::Trace);
+        let options = Self::options(path, access);
         // Many processes may create the file in the same instant; switching it to WAL
         // and creating the table can then report "locked" before the busy handler
         // applies. Those races are brief: retry them with jitter.
@@ -146,7 +148,8 @@ impl SqliteStore {
                 Ok(conn) => {
                     let wake = Some(wake::Wake::new(path, access == Access::Create));
                     return Ok(Self {
-                        conn: Some(Mutex::new(conn)),
+                        conn: tokio::sync::OnceCell::new_with(Some(Mutex::new(conn))),
+                        later: None,
                         path: path.to_path_buf(),
                         boot,
                         wake,
@@ -161,6 +164,30 @@ impl SqliteStore {
                 Err(err) => return Err(StoreError::refused(store_error(path, err).message)),
             }
         }
+    }
+
+    /// The connection, once the file exists; `None` before (everything is free then).
+    async fn connection(&self) -> Option<&Mutex<SqliteConnection>> {
+        if let Some(conn) = self.conn.get() {
+            return Some(conn);
+        }
+        let options = self.later.as_ref().filter(|_| self.path.exists())?;
+        let opened =
+            self.conn.get_or_try_init(|| async { Self::connect(options, Access::Existing).await.map(Mutex::new) });
+        // Not readable yet (its creator is still setting it up): free for now, tried again next time.
+        opened.await.ok()
+    }
+
+    /// NORMAL, and FULL around each acquire (see there).
+    fn options(path: &Path, access: Access) -> SqliteConnectOptions {
+        SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(access == Access::Create)
+            .busy_timeout(BUSY_TIMEOUT)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .pragma("wal_autocheckpoint", WAL_PAGES)
+            .log_statements(tracing::log::LevelFilter::Trace)
     }
 
     async fn connect(
@@ -265,7 +292,7 @@ fn no_table(err: &sqlx::Error) -> bool {
 /// Run `$body` with the connection, or answer `$empty` when the file does not exist.
 macro_rules! with_conn {
     ($self:ident, $op:literal, $conn:ident, $empty:expr, $body:expr) => {{
-        match &$self.conn {
+        match $self.connection().await {
             None => Ok($empty),
             Some(mutex) => {
                 // One line per request at -vvv: the benchmarks count them.
