@@ -11,8 +11,10 @@ use crate::observe::leader_file::LeaderFile;
 use crate::observe::lease_file::{self, LeaseFile};
 use crate::observe::systemd::Systemd;
 #[cfg(feature = "http")]
+use crate::observe::Observer;
+use crate::observe::Observers;
+#[cfg(feature = "http")]
 use crate::observe::{health::Health, http, metrics::Metrics, timed_store::TimedStore};
-use crate::observe::{Observer, Observers};
 use crate::store::Store;
 
 /// What was asked for, checked before the store is opened.
@@ -46,17 +48,18 @@ pub struct Reporting {
     /// Longest a standby may go without asking the store (`Election::heartbeat`).
     pub heartbeat: Option<Duration>,
     /// Who hears of each store request (--http), if anyone: see `timed`.
+    #[cfg(feature = "http")]
     store_calls: Option<Arc<dyn Observer>>,
 }
 
 impl Reporting {
     /// The store the elector should use: timed for --http's metrics and health, else as is.
     pub fn timed(&self, store: Arc<dyn Store>) -> Arc<dyn Store> {
-        match &self.store_calls {
-            #[cfg(feature = "http")]
-            Some(observer) => Arc::new(TimedStore::new(store, observer.clone())),
-            _ => store,
+        #[cfg(feature = "http")]
+        if let Some(observer) = &self.store_calls {
+            return Arc::new(TimedStore::new(store, observer.clone()));
         }
+        store
     }
 }
 
@@ -89,7 +92,7 @@ impl Asked {
             }
             observers.add(Arc::new(systemd));
         }
-        #[allow(unused_mut)]
+        #[cfg(feature = "http")]
         let mut store_calls: Option<Arc<dyn Observer>> = None;
         #[cfg(feature = "http")]
         if let Some(listener) = self.http {
@@ -108,6 +111,12 @@ impl Asked {
         }
         #[cfg(not(feature = "http"))]
         let _ = (ttl, &self.lock);
-        (Reporting { observers, heartbeat, store_calls }, child)
+        let reporting = Reporting {
+            observers,
+            heartbeat,
+            #[cfg(feature = "http")]
+            store_calls,
+        };
+        (reporting, child)
     }
 }
