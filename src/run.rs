@@ -170,6 +170,7 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after);
     let (reporting, mut child) = plan.reporting.open(timing.ttl, child);
     plan.election.heartbeat = reporting.heartbeat;
+    let store = reporting.timed(store);
     let observers = Arc::new(reporting.observers);
     let lock = plan.election.lock.clone();
     let elector = Elector::new(store, clock, plan.election, signals).observed_by(observers.clone());

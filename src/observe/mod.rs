@@ -14,9 +14,17 @@ use std::time::Duration;
 use crate::payload::ChildExit;
 use crate::store::{Lease, LockRecord};
 
+#[cfg(feature = "http")]
+pub mod health;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod leader_file;
 pub mod lease_file;
+#[cfg(feature = "http")]
+pub mod metrics;
 pub mod systemd;
+#[cfg(feature = "http")]
+pub mod timed_store;
 
 /// Something that happened in a run. Instants are on the elector's clock (CLOCK_BOOTTIME
 /// in the binary).

@@ -10,17 +10,36 @@ use crate::cli::RunArgs;
 use crate::observe::leader_file::LeaderFile;
 use crate::observe::lease_file::{self, LeaseFile};
 use crate::observe::systemd::Systemd;
+#[cfg(feature = "http")]
+use crate::observe::Observer;
 use crate::observe::Observers;
+#[cfg(feature = "http")]
+use crate::observe::{health::Health, http, metrics::Metrics, timed_store::TimedStore};
+use crate::store::Store;
 
 /// What was asked for, checked before the store is opened.
 pub struct Asked {
     leader_file: Option<LeaderFile>,
+    lock: String,
+    /// --http's port, bound already: a port in use is a usage error, found before the store
+    /// is opened.
+    #[cfg(feature = "http")]
+    http: Option<std::net::TcpListener>,
 }
 
 /// Check the flags (exit 2 on a bad one, before any connection).
 pub fn asked(args: &RunArgs) -> Result<Asked, String> {
     let leader_file = args.leader_file.clone().map(LeaderFile::new).transpose()?;
-    Ok(Asked { leader_file })
+    #[cfg(not(feature = "http"))]
+    if args.http.is_some() {
+        return Err("--http: this leaderrun was built without the http feature".into());
+    }
+    Ok(Asked {
+        leader_file,
+        lock: args.lock.name().to_string(),
+        #[cfg(feature = "http")]
+        http: args.http.map(http::bind).transpose()?,
+    })
 }
 
 /// The observers of one run, and what they need of the elector.
@@ -28,6 +47,20 @@ pub struct Reporting {
     pub observers: Observers,
     /// Longest a standby may go without asking the store (`Election::heartbeat`).
     pub heartbeat: Option<Duration>,
+    /// Who hears of each store request (--http), if anyone: see `timed`.
+    #[cfg(feature = "http")]
+    store_calls: Option<Arc<dyn Observer>>,
+}
+
+impl Reporting {
+    /// The store the elector should use: timed for --http's metrics and health, else as is.
+    pub fn timed(&self, store: Arc<dyn Store>) -> Arc<dyn Store> {
+        #[cfg(feature = "http")]
+        if let Some(observer) = &self.store_calls {
+            return Arc::new(TimedStore::new(store, observer.clone()));
+        }
+        store
+    }
 }
 
 impl Asked {
@@ -51,7 +84,31 @@ impl Asked {
             }
             observers.add(Arc::new(systemd));
         }
-        let _ = ttl;
-        (Reporting { observers, heartbeat }, child)
+        #[cfg(feature = "http")]
+        let mut store_calls: Option<Arc<dyn Observer>> = None;
+        #[cfg(feature = "http")]
+        if let Some(listener) = self.http {
+            let health = Arc::new(Health::new(ttl));
+            let metrics = Arc::new(Metrics::new(&self.lock));
+            if let Err(err) = http::serve(listener, health.clone(), metrics.clone()) {
+                tracing::error!("--http: cannot serve: {err}");
+            }
+            let mut both = Observers::none();
+            both.add(health);
+            both.add(metrics);
+            observers.add(Arc::new(both.clone()));
+            store_calls = Some(Arc::new(both));
+            // /healthz judges the store's answers: a standby asks at least every ttl/2.
+            heartbeat = Some(heartbeat.map_or(ttl / 2, |beat| beat.min(ttl / 2)));
+        }
+        #[cfg(not(feature = "http"))]
+        let _ = (ttl, &self.lock);
+        let reporting = Reporting {
+            observers,
+            heartbeat,
+            #[cfg(feature = "http")]
+            store_calls,
+        };
+        (reporting, child)
     }
 }
