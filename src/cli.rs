@@ -392,7 +392,8 @@ pub enum Command {
     /// narrows the window in which a child that lost its lease still acts; it does not close
     /// it (a write already on its way still lands): a fencing token checked by the resource
     /// written to closes it. Anywhere else it reads the store, as linearizably as the store
-    /// can. Exit status: 0 held, 1 not held, 2 bad usage, 69 the store cannot tell.
+    /// can; a lease only kept for --min-hold (its child has exited) counts as not held there.
+    /// Exit status: 0 held, 1 not held, 2 bad usage, 69 the store cannot tell.
     Check {
         /// The lock to ask about. Default: LEADERRUN_LOCK, the lock of the leaderrun whose child
         /// this is.
