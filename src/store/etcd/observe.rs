@@ -12,7 +12,6 @@
 //! It never writes: no queue entry (a standby's `changed` has one, and its place in line is
 //! what decides whose turn a release is), no lease.
 
-use futures_util::FutureExt;
 use tonic::{Status, Streaming};
 
 use super::client::store_error;
@@ -84,20 +83,9 @@ impl EtcdStore {
             }
         };
         let read = read.unwrap_or(0);
-        // What came while the caller was reading: only what is newer than its read counts.
-        let mut pending = true;
+        // Whatever came since the caller's read is ready at once: only what is newer counts.
         loop {
-            let message = if pending {
-                match observed.stream.message().now_or_never() {
-                    Some(message) => message,
-                    None => {
-                        pending = false;
-                        continue;
-                    }
-                }
-            } else {
-                observed.stream.message().await
-            };
+            let message = observed.stream.message().await;
             match judge(message, read) {
                 Ok(Seen::Nothing) => {}
                 Ok(Seen::Change) => return Ok(()),

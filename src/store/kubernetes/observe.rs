@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use kube::api::WatchEvent;
 
 use super::api::Events;
@@ -55,20 +55,9 @@ impl LeaseRecords {
             }
         };
         let read = lease::revision(read.as_deref());
-        // What came while the caller was reading, then what comes next.
-        let mut pending = true;
+        // Whatever came since the caller's read is ready at once: only what is newer counts.
         loop {
-            let event = if pending {
-                match observed.events.next().now_or_never() {
-                    Some(event) => event,
-                    None => {
-                        pending = false;
-                        continue;
-                    }
-                }
-            } else {
-                observed.events.next().await
-            };
+            let event = observed.events.next().await;
             match event {
                 Some(Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease) | WatchEvent::Deleted(lease))) => {
                     if lease::revision(lease.metadata.resource_version.as_deref()) > read {

@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
-use futures_util::{FutureExt, Stream, StreamExt};
+use futures_util::{Stream, StreamExt};
 
 use super::keys::key_of;
 use super::{describe, NatsStore};
@@ -62,20 +62,9 @@ impl NatsStore {
                 slot.insert(Observed { lock: lock.to_string(), watch: Box::pin(watch) })
             }
         };
-        // What came while the caller was reading, then what comes next.
-        let mut pending = true;
+        // Whatever came since the caller's read is ready at once: only what is newer counts.
         loop {
-            let next = if pending {
-                match observed.watch.next().now_or_never() {
-                    Some(next) => next,
-                    None => {
-                        pending = false;
-                        continue;
-                    }
-                }
-            } else {
-                observed.watch.next().await
-            };
+            let next = observed.watch.next().await;
             match next {
                 Some(Ok(seq)) if seq <= read => {}
                 Some(Ok(_)) => return Ok(()),
