@@ -386,7 +386,7 @@ pub enum Command {
     /// Exit 0 if a lock is held now (by the lease with --token, if given), 1 if not.
     ///
     /// Inside a leaderrun child, with no --lock or the child's own lock, it answers from the
-    /// parent's lease: no request, no credentials, well under a millisecond. It says no once
+    /// parent's lease: no request, no credentials, about 0.3 ms beyond starting leaderrun. It says no once
     /// the parent's stop time has come (the instant the child gets its stop signal), even if
     /// the parent is frozen and cannot answer: `leaderrun check && publish-report`. This
     /// narrows the window in which a child that lost its lease still acts; it does not close
