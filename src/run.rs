@@ -168,7 +168,7 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
     };
     let timing = plan.election.timing;
     let child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after);
-    let (reporting, mut child) = plan.reporting.open(timing.ttl, child);
+    let (reporting, mut child) = plan.reporting.open(&timing, child);
     plan.election.heartbeat = reporting.heartbeat;
     let store = reporting.timed(store);
     let observers = Arc::new(reporting.observers);

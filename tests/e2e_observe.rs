@@ -262,3 +262,17 @@ fn watch_into_a_pipe_that_closes_ends_quietly() {
     std::io::Read::read_to_string(&mut watch.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(err, "", "quiet");
 }
+
+#[test]
+fn a_systemd_watchdog_shorter_than_two_renewals_is_warned_of() {
+    let sb = Sandbox::new();
+    let notify = Notify::bind(&sb);
+    // --renew-every is 5 s at the defaults: a 4 s watchdog would restart a healthy leader.
+    let mut cmd = sb.cmd(&["--lock", "short-watchdog", "--", "true"]);
+    cmd.env("NOTIFY_SOCKET", &notify.path).env("WATCHDOG_USEC", "4000000");
+    let out = sb.output(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    let err = stderr_of(&out);
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains("WatchdogSec (4s) is under twice --renew-every (5s)"), "{err:?}");
+}

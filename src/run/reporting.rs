@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::timing::Timing;
+
 use crate::child::Supervisor;
 use crate::cli::RunArgs;
 use crate::observe::leader_file::LeaderFile;
@@ -65,7 +67,8 @@ impl Reporting {
 
 impl Asked {
     /// Open the windows; `child` learns the files that say the run leads.
-    pub fn open(self, ttl: Duration, child: Supervisor) -> (Reporting, Supervisor) {
+    pub fn open(self, timing: &Timing, child: Supervisor) -> (Reporting, Supervisor) {
+        let ttl = timing.ttl;
         let mut observers = Observers::none();
         let mut child = child;
         let mut heartbeat: Option<Duration> = None;
@@ -81,6 +84,15 @@ impl Asked {
         if let Some(systemd) = Systemd::from_env() {
             if let Some(interval) = Systemd::watchdog_interval() {
                 heartbeat = Some(interval / 2);
+                // A leader pings at each renewal: one late renewal must not cost a restart.
+                if interval < timing.renew_every * 2 {
+                    tracing::warn!(
+                        "systemd's WatchdogSec ({}) is under twice --renew-every ({}): a single late renewal \
+                         will have systemd restart a healthy leader; raise WatchdogSec",
+                        humantime::format_duration(interval),
+                        humantime::format_duration(timing.renew_every)
+                    );
+                }
             }
             observers.add(Arc::new(systemd));
         }
