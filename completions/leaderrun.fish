@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leaderrun_global_optspecs
-    string join \n lock= store= v/verbose q/quiet log-format= wait timeout= min-hold= ttl= renew-every= kill-after= server-clock-skew= signal= identity= http= leader-file= E/conflict-exit-code= h/help V/version
+    string join \n lock= store= v/verbose q/quiet log-format= wait timeout= min-hold= ttl= renew-every= kill-after= server-clock-skew= signal= identity= max-runtime= http= leader-file= E/conflict-exit-code= h/help V/version
 end
 
 function __fish_leaderrun_needs_command
@@ -36,6 +36,7 @@ complete -c leaderrun -n "__fish_leaderrun_needs_command" -l kill-after -d 'Grac
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l server-clock-skew -d 'How far apart the wall clocks of the store\'s servers may be, for stores that judge expiry on them (PostgreSQL, MySQL, Redis, NATS): after a failover to a replica whose clock runs ahead, leases end that much early, so the holder stops its child that much sooner. Keep the servers NTP-synced and set this to the worst offset you allow' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l signal -d 'Signal that asks the child\'s process group to stop (name or number: TERM, SIGINT, 15)' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l identity -d 'This run\'s identity as shown by `leaderrun status`. Default: HOST:PID:RANDOM' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l max-runtime -d 'Stop the child once it has run this long: --signal, then SIGKILL after --kill-after, as timeout(1) does, and exit 124. The lease is then released (kept for --min-hold in one-shot mode). The watchdog keeps this limit too, so a frozen leaderrun cannot extend it' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l http -d 'Serve /healthz, /readyz and /metrics (Prometheus) on ADDR (HOST:PORT, or :PORT for every interface), in leaders and standbys alike' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l leader-file -d 'While this run leads, keep PATH holding {"lock", "identity", "token", "since"} as JSON, replaced whole at each change. It is removed when leadership ends, before leaderrun exits (by the watchdog if leaderrun itself dies). Its directory must exist' -r -F
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lease is held by another (one-shot) or --timeout runs out' -r

@@ -40,6 +40,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("69", "The store could not be reached, opened or used before the child started (a one-shot run retries a store that fails for a moment for up to 5s, or --timeout, first)."),
     ("70", "Internal error: the watchdog could not be started (the child was not started either), or leaderrun's own output could not be written."),
     ("75", "The lease was lost while the child ran (taken by another holder, force-released, or not renewed in time); the child was stopped."),
+    ("124", "The child ran for --max-runtime and was stopped (--signal, then SIGKILL after --kill-after), as timeout(1) reports it."),
     ("126", "COMMAND was found but could not be executed."),
     ("127", "COMMAND was not found."),
     ("1", "From leaderrun status and leaderrun check: the lock is free, or not held by that token (0: held). From leaderrun release: the lock was not held (0: released)."),
@@ -554,6 +555,13 @@ pub struct RunArgs {
     /// is what the child receives.
     #[arg(long, value_name = "STR")]
     pub identity: Option<String>,
+
+    /// Stop the child once it has run this long: --signal, then SIGKILL after --kill-after,
+    /// as timeout(1) does, and exit 124. The lease is then released (kept for --min-hold in
+    /// one-shot mode). The watchdog keeps this limit too, so a frozen leaderrun cannot
+    /// extend it.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_MAX_RUNTIME")]
+    pub max_runtime: Option<Duration>,
 
     /// Serve /healthz, /readyz and /metrics (Prometheus) on ADDR (HOST:PORT, or :PORT for
     /// every interface), in leaders and standbys alike.

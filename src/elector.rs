@@ -71,6 +71,9 @@ pub struct Election {
     pub mode: Mode,
     /// The stop signal for the payload.
     pub stop: Signal,
+    /// --max-runtime: the child gets the stop signal once it has run this long (SIGKILL
+    /// --kill-after later), and the run ends with `Outcome::RanTooLong`.
+    pub max_runtime: Option<Duration>,
     /// Longest a standby goes without asking the store, when something judges the run's
     /// health by its store's answers (--http, systemd's watchdog). None: as long as the store
     /// allows (an idle standby on a store that pushes changes may ask nothing for a minute).
@@ -88,6 +91,8 @@ pub enum Outcome {
     Interrupted(Signal),
     /// The lease was lost while the payload ran; the payload was stopped.
     LeaseLost { exit: ChildExit, why: String },
+    /// The payload ran for --max-runtime and was stopped (the lease stayed held meanwhile).
+    RanTooLong(ChildExit),
     /// The store failed before the payload started.
     StoreFailed(StoreError),
     /// The payload could not be started (the lease was released again).
@@ -103,6 +108,8 @@ enum Stopping {
     Lost(String),
     /// No renewal succeeded in time.
     Expiring,
+    /// It ran for --max-runtime: the lease is still ours and still renewed.
+    RanTooLong,
 }
 
 /// Why a won write that had to be confirmed (`Acquire::Confirm`) gave no lease.
@@ -343,6 +350,9 @@ impl Elector {
         let timing = self.timing();
         let deadline = timing.deadline_after(sent);
         self.observer.event(&Event::Elected { lease: &lease, stop_at: timing.stop_at(deadline) });
+        // Counted from before the child starts: the watchdog's count, begun at the spawn, ends
+        // later, so this run acts first.
+        let max_runtime_at = self.election.max_runtime.map(|limit| self.now() + limit);
         if let Err(err) = payload.start(&lease, deadline).await {
             // Nothing ran: free the lease at once rather than holding it for --min-hold.
             self.observer.event(&Event::Released);
@@ -352,6 +362,7 @@ impl Elector {
         self.observer.event(&Event::ChildStarted);
         tracing::info!(lock = %lease.lock, token = lease.token, identity = %lease.identity, "elected; child started");
         let mut term = Term::new(lease, timing, self.election.stop, sent, self.observer.clone());
+        term.max_runtime_at = max_runtime_at;
         let exit = loop {
             // The clock first: a wrapper resumed from SIGSTOP must act on the time that
             // passed before it looks at a renewal that may have come back meanwhile.
@@ -422,6 +433,8 @@ struct Term {
     kill_at: Duration,
     killed: bool,
     observer: Arc<dyn Observer>,
+    /// When the child has run for --max-runtime (the elector's clock), if there is a limit.
+    max_runtime_at: Option<Duration>,
 }
 
 impl Term {
@@ -439,6 +452,7 @@ impl Term {
             kill_at: deadline,
             killed: false,
             observer,
+            max_runtime_at: None,
         }
     }
 
@@ -449,24 +463,36 @@ impl Term {
             Some(Stopping::Interrupted) => ChildEnd::Interrupted,
             Some(Stopping::Lost(_)) => ChildEnd::LeaseLost,
             Some(Stopping::Expiring) => ChildEnd::LeaseExpired,
+            Some(Stopping::RanTooLong) => ChildEnd::RanTooLong,
         }
     }
 
     /// Whether the lease is still being renewed (also while an interrupted child winds down).
     fn renews(&self) -> bool {
-        matches!(self.stopping, None | Some(Stopping::Interrupted))
+        matches!(self.stopping, None | Some(Stopping::Interrupted | Stopping::RanTooLong))
     }
 
     /// The next instant at which `enforce` has something to do.
     fn next_timer(&self) -> Duration {
         let stop = if self.stop_sent { Duration::MAX } else { self.timing.stop_at(self.deadline) };
         let kill = if self.killed { Duration::MAX } else { self.kill_at.min(self.deadline) };
-        stop.min(kill)
+        let limit = match (self.stopping.is_none(), self.max_runtime_at) {
+            (true, Some(at)) => at,
+            _ => Duration::MAX,
+        };
+        stop.min(kill).min(limit)
     }
 
     /// The stop signal at `deadline − kill_after`, SIGKILL at the deadline (or earlier
     /// once a stop is under way).
     fn enforce(&mut self, now: Duration, payload: &mut dyn Payload) {
+        if self.stopping.is_none() && self.max_runtime_at.is_some_and(|at| now >= at) {
+            tracing::info!(lock = %self.lease.lock, "the child ran for --max-runtime; stopping it");
+            payload.signal(self.stop_signal);
+            self.stop_sent = true;
+            self.stopping = Some(Stopping::RanTooLong);
+            self.kill_at = self.kill_at.min(now + self.timing.kill_after);
+        }
         if !self.stop_sent && now >= self.timing.stop_at(self.deadline) {
             tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the lease could not be renewed in time; stopping the child");
             self.stop(Stopping::Expiring, now, payload);
@@ -488,7 +514,7 @@ impl Term {
         }
         self.kill_at = self.kill_at.min(now + self.timing.kill_after);
         self.renewing.clear();
-        if matches!(self.stopping, None | Some(Stopping::Interrupted)) {
+        if matches!(self.stopping, None | Some(Stopping::Interrupted | Stopping::RanTooLong)) {
             self.stopping = Some(why);
             self.observer.event(&Event::SteppingDown);
         }
@@ -559,6 +585,10 @@ impl Term {
     /// and often signals the group a moment before this wrapper's timer fires, so the
     /// exit arrives first. That run still lost its lease, and says so (exit 75).
     fn exited_at(&mut self, now: Duration) {
+        // The watchdog keeps --max-runtime too, and may have stopped the child first.
+        if self.stopping.is_none() && self.max_runtime_at.is_some_and(|at| now >= at) {
+            self.stopping = Some(Stopping::RanTooLong);
+        }
         if self.stopping.is_none() && now >= self.timing.stop_at(self.deadline) {
             tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the child ended after the lease could no longer be renewed in time");
             self.stopping = Some(Stopping::Expiring);
@@ -574,6 +604,8 @@ impl Term {
             }
             // Interrupted: free at once, --min-hold or not.
             Some(Stopping::Interrupted) => (Duration::ZERO, Outcome::Exited(exit)),
+            // As timeout(1) does: 124. The lease is kept for --min-hold as after any child.
+            Some(Stopping::RanTooLong) => (self.timing.min_hold, Outcome::RanTooLong(exit)),
             Some(Stopping::Lost(why)) => (Duration::ZERO, Outcome::LeaseLost { exit, why }),
             Some(Stopping::Expiring) => {
                 (Duration::ZERO, Outcome::LeaseLost { exit, why: "the lease could not be renewed in time".into() })

@@ -8,6 +8,8 @@ pub const STORE_UNAVAILABLE: u8 = 69;
 pub const INTERNAL: u8 = 70;
 /// The lease was lost while the child ran; the child was stopped.
 pub const LEASE_LOST: u8 = 75;
+/// The child ran for --max-runtime and was stopped (timeout(1)'s status).
+pub const TIMED_OUT: u8 = 124;
 /// COMMAND was found but could not be executed.
 pub const NOT_EXECUTABLE: u8 = 126;
 /// COMMAND was not found.

@@ -119,6 +119,9 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
     };
     let timing = requested.timing().map_err(|e| usage(e.to_string()))?;
     validate_timeout(args.timeout).map_err(|e| usage(e.to_string()))?;
+    if args.max_runtime.is_some_and(|d| d.is_zero()) {
+        return Err(usage("--max-runtime must be longer than 0s".into()));
+    }
     let (identity, unique_identity) = match args.identity {
         Some(identity) => {
             if identity.trim().is_empty() || identity.chars().any(char::is_control) || identity.chars().count() > 255 {
@@ -136,7 +139,16 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         Mode::OneShot { until, retry_until: until.unwrap_or(started + timing.one_shot_retry()) }
     };
     Ok(Plan {
-        election: Election { lock, identity, unique_identity, timing, mode, stop: args.signal, heartbeat: None },
+        election: Election {
+            lock,
+            identity,
+            unique_identity,
+            timing,
+            mode,
+            stop: args.signal,
+            max_runtime: args.max_runtime,
+            heartbeat: None,
+        },
         requested,
         command,
         spec,
@@ -167,7 +179,8 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
         Err(code) => return Ok(code),
     };
     let timing = plan.election.timing;
-    let child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after);
+    let child = Supervisor::new(plan.command, plan.election.stop, timing.kill_after)
+        .with_max_runtime(plan.election.max_runtime);
     let (reporting, mut child) = plan.reporting.open(&timing, child);
     plan.election.heartbeat = reporting.heartbeat;
     let store = reporting.timed(store);
@@ -190,6 +203,10 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
         Outcome::Interrupted(signal) => {
             tracing::info!(%signal, "interrupted while waiting for the lock");
             exit::for_signal(signal as i32)
+        }
+        Outcome::RanTooLong(exit) => {
+            tracing::error!(%lock, child_status = exit.status(), "the child ran for --max-runtime and was stopped");
+            exit::TIMED_OUT
         }
         Outcome::LeaseLost { exit, why } => {
             tracing::error!(%lock, child_status = exit.status(), "lease lost while the child ran ({why}); the child was stopped");

@@ -38,6 +38,8 @@ pub struct Supervisor {
     environment: Vec<(&'static str, String)>,
     /// What the watchdog removes when it stops the child itself.
     remove_on_stop: Vec<PathBuf>,
+    /// --max-runtime, which the watchdog keeps too.
+    max_runtime: Option<Duration>,
     running: Option<Running>,
 }
 
@@ -47,6 +49,8 @@ struct Running {
     watchdog: Option<Watchdog>,
     /// The latest deadline, for a replacement watchdog.
     deadline: Duration,
+    /// --max-runtime's end, for a replacement watchdog.
+    max_runtime_at: Option<Duration>,
     replacements: u32,
     exit: oneshot::Receiver<ChildExit>,
     ended: Option<ChildExit>,
@@ -85,7 +89,21 @@ impl Tree {
 
 impl Supervisor {
     pub fn new(command: CommandSpec, stop: Signal, kill_after: Duration) -> Self {
-        Self { command, stop, kill_after, environment: Vec::new(), remove_on_stop: Vec::new(), running: None }
+        Self {
+            command,
+            stop,
+            kill_after,
+            environment: Vec::new(),
+            remove_on_stop: Vec::new(),
+            max_runtime: None,
+            running: None,
+        }
+    }
+
+    /// The watchdog stops the child once it has run `limit`, should leaderrun not (frozen).
+    pub fn with_max_runtime(mut self, limit: Option<Duration>) -> Self {
+        self.max_runtime = limit;
+        self
     }
 
     /// Give the child `name=value` too (it overrides an inherited variable of that name).
@@ -246,6 +264,11 @@ impl Payload for Supervisor {
         for path in &self.remove_on_stop {
             watchdog.remove_on_stop(path);
         }
+        // Counted from now, a moment after the elector's own count began: the elector acts first.
+        let max_runtime_at = self.max_runtime.map(|limit| crate::clock::boottime() + limit);
+        if let Some(at) = max_runtime_at {
+            watchdog.limit_runtime(at);
+        }
         let terminal = terminal::in_foreground();
         let announce = watchdog.pipe_fd();
         // Straight into its cgroup where the kernel allows (see spawn.rs); else std's spawn,
@@ -298,6 +321,7 @@ impl Payload for Supervisor {
             tree,
             watchdog: Some(watchdog),
             deadline,
+            max_runtime_at,
             replacements: 0,
             exit: rx,
             ended: None,
@@ -400,6 +424,9 @@ impl Running {
                     }
                     for path in remove_on_stop {
                         watchdog.remove_on_stop(path);
+                    }
+                    if let Some(at) = self.max_runtime_at {
+                        watchdog.limit_runtime(at);
                     }
                     let new = watchdog.pid().map_or_else(String::new, |pid| format!(" (pid {pid})"));
                     tracing::warn!("the watchdog{old} died ({how}); started a new one{new}");

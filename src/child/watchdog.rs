@@ -100,6 +100,12 @@ impl Watchdog {
         self.send(&format!("R {}", hex(path.as_os_str().as_bytes())));
     }
 
+    /// The child may run until `at` (CLOCK_BOOTTIME, --max-runtime): the stop signal then,
+    /// SIGKILL `kill_after` later, whatever the lease.
+    pub fn limit_runtime(&mut self, at: Duration) {
+        self.send(&format!("M {}", at.as_nanos()));
+    }
+
     /// The lease was renewed: the new deadline.
     pub fn extend(&mut self, deadline: Duration) {
         self.send(&format!("D {}", deadline.as_nanos()));

@@ -170,6 +170,7 @@ impl Setup {
             timing,
             mode,
             stop: Signal::SIGTERM,
+            max_runtime: None,
             heartbeat: None,
         };
         let receiver = self.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);
@@ -181,6 +182,7 @@ impl Setup {
     }
 }
 
+mod max_runtime;
 mod observed;
 mod one_shot;
 
@@ -639,6 +641,7 @@ fn client_timed_elector(s: &mut Setup, records: &Arc<MemoryRecords>, mode: Mode)
         timing: timing(Duration::ZERO),
         mode,
         stop: Signal::SIGTERM,
+        max_runtime: None,
         heartbeat: None,
     };
     let receiver = s.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);

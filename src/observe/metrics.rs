@@ -49,7 +49,7 @@ impl Format {
 pub const OPERATIONS: [&str; 7] = ["acquire", "renew", "release", "status", "list", "revoke", "abandon"];
 const ATTEMPTS: [&str; 3] = ["won", "held", "failed"];
 const RENEWALS: [&str; 5] = ["renewed", "too_late", "lost", "failed", "timed_out"];
-const CHILD_ENDS: [&str; 4] = ["exited", "interrupted", "lease_lost", "lease_expired"];
+const CHILD_ENDS: [&str; 5] = ["exited", "interrupted", "lease_lost", "lease_expired", "max_runtime"];
 
 /// From a fast local store (SQLite, ~1 ms) to a request the elector gives up on (seconds).
 const BUCKETS: [f64; 13] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];

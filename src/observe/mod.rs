@@ -114,6 +114,8 @@ pub enum ChildEnd {
     LeaseLost,
     /// No renewal succeeded in time.
     LeaseExpired,
+    /// It ran for --max-runtime.
+    RanTooLong,
 }
 
 impl ChildEnd {
@@ -124,6 +126,7 @@ impl ChildEnd {
             ChildEnd::Interrupted => "interrupted",
             ChildEnd::LeaseLost => "lease_lost",
             ChildEnd::LeaseExpired => "lease_expired",
+            ChildEnd::RanTooLong => "max_runtime",
         }
     }
 }

@@ -87,6 +87,7 @@ impl Observer for Systemd {
                     ChildEnd::Exited => "exited",
                     ChildEnd::Interrupted => "stopped on request",
                     ChildEnd::LeaseLost | ChildEnd::LeaseExpired => "stopped: lease lost",
+                    ChildEnd::RanTooLong => "stopped: it ran for --max-runtime",
                 };
                 self.status(format!("child {how} (status {})", exit.status()), false)
             }

@@ -22,6 +22,11 @@ use crate::child::signals::FORWARDED;
 use crate::child::tree::ChildTree;
 use crate::clock::boottime;
 
+/// How long after --max-runtime the watchdog sends the stop signal itself (at most half of
+/// `kill_after`): leaderrun, when it runs, sends it at the limit and the child is usually gone
+/// by then; a frozen leaderrun's child gets it this late, and SIGKILL on time.
+const MAX_RUNTIME_SLACK: Duration = Duration::from_millis(500);
+
 /// What the watchdog knows of the child and its deadline.
 struct Guard {
     stop: Signal,
@@ -36,6 +41,8 @@ struct Guard {
     /// Files that say this run leads (its leader file, the child's lease file): removed when
     /// the watchdog stops the child, since the run leads no more.
     files: Vec<PathBuf>,
+    /// When the child has run for --max-runtime (CLOCK_BOOTTIME), if there is a limit.
+    max_runtime_at: Option<Duration>,
 }
 
 /// What a line from leaderrun asks for.
@@ -61,12 +68,13 @@ impl Guard {
             kill_sent: false,
             refusal_told: false,
             files: Vec::new(),
+            max_runtime_at: None,
         }
     }
 
     /// `S <signal> <ns>`: the stop signal and kill_after; `C <hex>`: the cgroup's
     /// directory, its bytes in hex; `R <hex>`: a file or directory to remove when the
-    /// watchdog stops the child; `P <pgid>`: the group to guard (0 and 1 are never one,
+    /// watchdog stops the child; `M <ns>`: when the child has run for --max-runtime; `P <pgid>`: the group to guard (0 and 1 are never one,
     /// and are ignored); `D <ns>`: the deadline on CLOCK_BOOTTIME; `X`: goodbye.
     fn hear(&mut self, line: &str) -> Heard {
         let mut words = line.split_whitespace();
@@ -97,6 +105,7 @@ impl Guard {
                 }
             }
             (Some("D"), Some(ns)) => self.deadline = Some(Duration::from_nanos(ns)),
+            (Some("M"), Some(ns)) => self.max_runtime_at = Some(Duration::from_nanos(ns)),
             (Some("X"), _) => return Heard::Goodbye,
             _ => {}
         }
@@ -124,18 +133,37 @@ impl Guard {
         }
     }
 
+    /// When the tree gets the stop signal: `kill_after` before the lease deadline, or a little
+    /// after the child has run for --max-runtime (`MAX_RUNTIME_SLACK`), whichever is first.
+    fn stop_time(&self, deadline: Duration) -> Duration {
+        let slack = (self.kill_after / 2).min(MAX_RUNTIME_SLACK);
+        deadline.saturating_sub(self.kill_after).min(self.max_runtime_at.map_or(Duration::MAX, |at| at + slack))
+    }
+
+    /// When it gets SIGKILL: at the deadline, or `kill_after` after --max-runtime.
+    fn kill_time(&self, deadline: Duration) -> Duration {
+        deadline.min(self.max_runtime_at.map_or(Duration::MAX, |at| at.saturating_add(self.kill_after)))
+    }
+
     /// Act on the deadline at `now` (CLOCK_BOOTTIME).
     fn tick(&mut self, now: Duration) {
         let Some(deadline) = self.deadline.filter(|_| self.tree.known()) else { return };
-        if !self.stop_sent && now >= deadline.saturating_sub(self.kill_after) {
+        if !self.stop_sent && now >= self.stop_time(deadline) {
             self.stop_sent = true;
-            self.remove_files();
             let stop = self.stop;
-            self.signal(stop, "the lease deadline is near and leaderrun did not renew it");
+            if now < deadline.saturating_sub(self.kill_after) {
+                // The lease still holds: what says the run leads stays with it.
+                self.signal(stop, "the child ran for --max-runtime");
+            } else {
+                self.remove_files();
+                self.signal(stop, "the lease deadline is near and leaderrun did not renew it");
+            }
         }
-        if !self.kill_sent && now >= deadline {
+        if !self.kill_sent && now >= self.kill_time(deadline) {
             self.kill_sent = true;
-            self.signal(Signal::SIGKILL, "the lease deadline passed");
+            let why =
+                if now < deadline { "the child outlived --max-runtime's grace" } else { "the lease deadline passed" };
+            self.signal(Signal::SIGKILL, why);
         }
     }
 
@@ -143,9 +171,9 @@ impl Guard {
     fn next_wake(&self) -> Option<Duration> {
         let deadline = self.deadline.filter(|_| self.tree.known())?;
         if !self.stop_sent {
-            Some(deadline.saturating_sub(self.kill_after))
+            Some(self.stop_time(deadline))
         } else if !self.kill_sent {
-            Some(deadline)
+            Some(self.kill_time(deadline))
         } else {
             None
         }
