@@ -467,34 +467,18 @@ mod tests {
 
     #[test]
     fn records() {
-        let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
-        let free =
-            [s("n"), Value::Int(0), s(""), Value::Int(7), Value::Int(0), Value::Int(0), Value::Int(0), Value::Int(0)];
+        // name, held, holder, token, acquired ms, left ms, revoked, kept: as the script answers.
+        let reply = |holder: &str, [held, token, acquired, left, revoked, kept]: [i64; 6]| {
+            let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
+            let int = Value::Int;
+            vec![s("n"), int(held), s(holder), int(token), int(acquired), int(left), int(revoked), int(kept)]
+        };
+        let free = reply("", [0, 7, 0, 0, 0, 0]);
         assert_eq!(record(&free).unwrap(), LockRecord { token: 7, ..LockRecord::free("n") });
-        let held = [
-            s("n"),
-            Value::Int(1),
-            s("a"),
-            Value::Int(3),
-            Value::Int(1000),
-            Value::Int(2500),
-            Value::Int(1),
-            Value::Int(0),
-        ];
-        let held = record(&held).unwrap();
+        let held = record(&reply("a", [1, 3, 1000, 2500, 1, 0])).unwrap();
         assert_eq!((held.holder.as_deref(), held.token, held.revoked, held.kept), (Some("a"), 3, true, false));
         assert_eq!(held.expires_in, Some(Duration::from_millis(2500)));
-        let kept = [
-            s("n"),
-            Value::Int(1),
-            s("a"),
-            Value::Int(3),
-            Value::Int(1000),
-            Value::Int(2500),
-            Value::Int(0),
-            Value::Int(1),
-        ];
-        assert!(record(&kept).unwrap().kept);
+        assert!(record(&reply("a", [1, 3, 1000, 2500, 0, 1])).unwrap().kept);
         assert!(record(&free[..7]).is_none());
     }
 }
