@@ -6,121 +6,22 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use nix::sys::signal::Signal;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 use super::*;
 use crate::clock::TokioClock;
 use crate::store::client_timed::memory::MemoryRecords;
 use crate::store::client_timed::{observation, ClientTimed, Record as ClientRecord};
 use crate::store::memory::{Behaviour, MemoryStore};
+use recorder::{Event, Recorder};
+
+mod recorder;
 
 const LOCK: &str = "job";
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
-}
-
-/// What the recorder saw, with the clock reading at each event.
-#[derive(Debug, Clone, PartialEq)]
-enum Event {
-    Start { at: Duration, token: u64, deadline: Duration },
-    Extend { at: Duration, deadline: Duration },
-    Signal { at: Duration, signal: Signal },
-    Kill { at: Duration },
-}
-
-/// A payload that records what the elector does to it. It runs for `runs_for`
-/// (forever if `None`), ends on SIGKILL, and on the stop signal if `obeys_stop`.
-struct Recorder {
-    clock: Arc<dyn Clock>,
-    events: Arc<Mutex<Vec<Event>>>,
-    runs_for: Option<Duration>,
-    obeys_stop: bool,
-    started: Option<Duration>,
-    ended: Option<ChildExit>,
-    wake: Arc<Notify>,
-}
-
-impl Recorder {
-    fn new(clock: Arc<dyn Clock>, runs_for: Option<Duration>, obeys_stop: bool) -> Self {
-        Self { clock, events: Arc::default(), runs_for, obeys_stop, started: None, ended: None, wake: Arc::default() }
-    }
-
-    fn events(&self) -> Vec<Event> {
-        self.events.lock().unwrap().clone()
-    }
-
-    fn push(&self, event: Event) {
-        self.events.lock().unwrap().push(event);
-    }
-
-    fn end(&mut self, exit: ChildExit) {
-        if self.ended.is_none() {
-            self.ended = Some(exit);
-        }
-        self.wake.notify_one();
-    }
-
-    fn signals(&self) -> Vec<(Duration, Signal)> {
-        self.events()
-            .into_iter()
-            .filter_map(|e| if let Event::Signal { at, signal } = e { Some((at, signal)) } else { None })
-            .collect()
-    }
-
-    fn kills(&self) -> Vec<Duration> {
-        self.events().into_iter().filter_map(|e| if let Event::Kill { at } = e { Some(at) } else { None }).collect()
-    }
-
-    fn extends(&self) -> Vec<(Duration, Duration)> {
-        self.events()
-            .into_iter()
-            .filter_map(|e| if let Event::Extend { at, deadline } = e { Some((at, deadline)) } else { None })
-            .collect()
-    }
-}
-
-#[async_trait]
-impl Payload for Recorder {
-    async fn start(&mut self, lease: &Lease, deadline: Duration) -> Result<(), StartError> {
-        let at = self.clock.now();
-        self.started = Some(at);
-        self.push(Event::Start { at, token: lease.token, deadline });
-        Ok(())
-    }
-    fn extend(&mut self, deadline: Duration) {
-        self.push(Event::Extend { at: self.clock.now(), deadline });
-    }
-    fn signal(&mut self, signal: Signal) {
-        self.push(Event::Signal { at: self.clock.now(), signal });
-        if self.obeys_stop {
-            self.end(ChildExit::Signal(signal as i32));
-        }
-    }
-    fn kill(&mut self) {
-        self.push(Event::Kill { at: self.clock.now() });
-        self.end(ChildExit::Signal(Signal::SIGKILL as i32));
-    }
-    async fn wait(&mut self) -> ChildExit {
-        loop {
-            if let Some(exit) = self.ended {
-                return exit;
-            }
-            match (self.started, self.runs_for) {
-                (Some(started), Some(runs_for)) => {
-                    let wake = self.wake.clone();
-                    tokio::select! {
-                        _ = sleep_until(&*self.clock, started + runs_for) => self.end(ChildExit::Code(0)),
-                        _ = wake.notified() => {}
-                    }
-                }
-                _ => self.wake.clone().notified().await,
-            }
-        }
-    }
-    async fn finish(&mut self) {}
 }
 
 struct Setup {
@@ -182,6 +83,8 @@ impl Setup {
     }
 }
 
+mod client_timed;
+mod cool_down;
 mod max_runtime;
 mod observed;
 mod one_shot;
@@ -627,210 +530,6 @@ async fn a_slow_renewal_still_counts_while_a_second_one_is_tried() {
     // Each renewal's deadline is anchored at its own send time.
     let first = child.extends()[0];
     assert_eq!(first, (secs(5.5), secs(3.0) + timing.safe_lease()));
-}
-
-/// An elector on the client-timed core over in-memory records: a store with no
-/// server-side expiry, where only a record's changes show that its holder lives.
-fn client_timed_elector(s: &mut Setup, records: &Arc<MemoryRecords>, mode: Mode) -> Elector {
-    let wall: Arc<dyn Fn() -> std::time::SystemTime + Send + Sync> = Arc::new(std::time::SystemTime::now);
-    let store = Arc::new(ClientTimed::with_clocks(records.clone(), s.clock.clone(), wall));
-    let election = Election {
-        lock: LOCK.into(),
-        identity: "a".into(),
-        unique_identity: true,
-        timing: timing(Duration::ZERO),
-        mode,
-        stop: Signal::SIGTERM,
-        max_runtime: None,
-        heartbeat: None,
-    };
-    let receiver = s.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);
-    Elector::new(store, s.clock.clone(), election, receiver)
-}
-
-fn records() -> Arc<MemoryRecords> {
-    Arc::new(MemoryRecords::new(Arc::new(std::time::SystemTime::now)))
-}
-
-/// A record left by a holder that crashed: nobody will ever write it again.
-fn crashed_holder(records: &MemoryRecords) {
-    let record = ClientRecord { holder: "crashed".into(), ttl_seconds: 10, token: Some(7), ..ClientRecord::default() };
-    records.put(LOCK, record);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_one_shot_run_takes_a_dead_holders_record_after_one_observation() {
-    let mut s = setup();
-    let records = records();
-    crashed_holder(&records);
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = client_timed_elector(&mut s, &records, once()).run(&mut child).await;
-    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
-    match child.events()[0] {
-        Event::Start { at, token, .. } => {
-            assert_eq!(at, observation(10), "taken once the record went a whole observation unchanged");
-            assert!(token > 7, "token {token} after the crashed holder's 7");
-        }
-        ref other => panic!("{other:?}"),
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_one_shot_run_gives_up_at_the_first_sign_of_a_live_holder() {
-    let mut s = setup();
-    let records = records();
-    crashed_holder(&records);
-    let writer = records.clone();
-    tokio::spawn(async move {
-        // The holder renews 2 s in: alive.
-        tokio::time::sleep(secs(2.0)).await;
-        let renewed = ClientRecord { renewed: Some(std::time::SystemTime::now()), ..writer.get(LOCK).unwrap() };
-        writer.put(LOCK, renewed);
-    });
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = client_timed_elector(&mut s, &records, once()).run(&mut child).await;
-    assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{outcome:?}");
-    assert!(child.events().is_empty());
-    assert_eq!(s.clock.now(), secs(2.0), "it gave up when it saw the renewal, not later");
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_one_shot_run_watches_no_longer_than_its_timeout() {
-    let mut s = setup();
-    let records = records();
-    crashed_holder(&records);
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome =
-        client_timed_elector(&mut s, &records, Mode::OneShot { until: Some(secs(4.0)), retry_until: secs(4.0) })
-            .run(&mut child)
-            .await;
-    assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{outcome:?}");
-    assert!(child.events().is_empty());
-    assert_eq!(s.clock.now(), secs(4.0));
-}
-
-/// The first Start event, if the child started.
-fn start_of(child: &Recorder) -> Option<(Duration, u64, Duration)> {
-    child.events().into_iter().find_map(|e| match e {
-        Event::Start { at, token, deadline } => Some((at, token, deadline)),
-        _ => None,
-    })
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_write_that_needs_confirming_starts_the_child_only_after_the_cool_down() {
-    let mut s = setup();
-    s.store.set_confirm(Some(secs(3.0)));
-    // The confirming renewal is applied at once but answered 0.5 s later.
-    s.store.set_renew(Behaviour::Late(secs(0.5)));
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
-    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
-    let calls: Vec<String> = s.store.calls.lock().unwrap().iter().map(|(at, op)| format!("{at:?} {op}")).collect();
-    assert_eq!(&calls[..2], ["0ns acquire a", "3s renew 1"], "confirmed by a renewal after the cool-down");
-    // Started once confirmed, with the deadline anchored at the confirming renewal's send time.
-    assert_eq!(start_of(&child), Some((secs(3.5), 1, secs(3.0) + safe())));
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_confirmation_that_finds_the_lease_lost_runs_nothing() {
-    let mut s = setup();
-    s.store.set_confirm(Some(secs(3.0)));
-    let store = s.store.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(secs(1.0)).await;
-        store.steal(LOCK, "evictor", secs(100.0));
-    });
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
-    match outcome {
-        Outcome::Conflict(Some(record)) => assert_eq!(record.holder.as_deref(), Some("evictor")),
-        other => panic!("a lost campaign is a conflict, not a run: {other:?}"),
-    }
-    assert!(child.events().is_empty(), "{:?}", child.events());
-    assert_eq!(s.store.status(LOCK).await.unwrap().holder.as_deref(), Some("evictor"), "left alone");
-}
-
-/// `leaderrun release` during the cool-down revokes the entry this run wrote: the run must
-/// free it, or it would keep the lock for the store's whole lifetime of an entry, and no
-/// second release could free it (revoking only asks a holder to stand down).
-#[tokio::test(start_paused = true)]
-async fn a_revoke_during_the_cool_down_gives_the_lease_back() {
-    for mode in [once(), Mode::Wait { until: None }] {
-        let mut s = setup();
-        s.store.set_confirm(Some(secs(3.0)));
-        let store = s.store.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(secs(1.0)).await;
-            store.revoke(LOCK).await.unwrap();
-        });
-        let mut child = s.recorder(Some(secs(1.0)), true);
-        let outcome = s.elector("a", mode, Duration::ZERO).run(&mut child).await;
-        assert!(matches!(outcome, Outcome::Conflict(Some(_))), "{mode:?}: stood down: {outcome:?}");
-        assert!(child.events().is_empty(), "{mode:?}: {:?}", child.events());
-        let status = s.store.status(LOCK).await.unwrap();
-        assert!(!status.is_held(), "{mode:?}: the revoked entry was left: {status:?}");
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_waiter_whose_confirmation_fails_campaigns_on_and_runs_once_confirmed() {
-    let mut s = setup();
-    s.store.set_confirm(Some(secs(3.0)));
-    let store = s.store.clone();
-    tokio::spawn(async move {
-        // Evicted and taken during the first cool-down, by a holder that leaves at 6 s.
-        tokio::time::sleep(secs(1.0)).await;
-        store.steal(LOCK, "evictor", secs(5.0));
-    });
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
-    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
-    let (at, token, deadline) = start_of(&child).expect("the child ran");
-    // Won again once the evictor's lease lapsed (6 s), confirmed a cool-down later.
-    assert!(at >= secs(9.0) && token == 3, "{:?}", child.events());
-    assert_eq!(deadline, at + safe());
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_confirmation_that_fails_gives_the_lease_back() {
-    let mut s = setup();
-    s.store.set_confirm(Some(secs(3.0)));
-    s.store.set_renew(Behaviour::Fail);
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", once(), Duration::ZERO).run(&mut child).await;
-    assert!(matches!(outcome, Outcome::StoreFailed(_)), "{outcome:?}");
-    assert!(child.events().is_empty());
-    assert_eq!(s.store.expiry(LOCK), None, "the unconfirmed lease was given back");
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_signal_during_the_cool_down_gives_the_lease_back() {
-    let mut s = setup();
-    s.store.set_confirm(Some(secs(3.0)));
-    let signals = s.signals.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(secs(1.0)).await;
-        signals.send(Signal::SIGINT).unwrap();
-    });
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::Wait { until: None }, Duration::ZERO).run(&mut child).await;
-    assert!(matches!(outcome, Outcome::Interrupted(Signal::SIGINT)), "{outcome:?}");
-    assert_eq!(s.clock.now(), secs(1.0), "at once");
-    assert!(child.events().is_empty());
-    assert_eq!(s.store.expiry(LOCK), None, "the lease was given back");
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_timeout_during_the_cool_down_gives_the_lease_back_as_a_conflict() {
-    let mut s = setup();
-    s.store.set_confirm(Some(secs(3.0)));
-    let mut child = s.recorder(Some(secs(1.0)), true);
-    let outcome = s.elector("a", Mode::Wait { until: Some(secs(2.0)) }, Duration::ZERO).run(&mut child).await;
-    assert!(matches!(outcome, Outcome::Conflict(None)), "{outcome:?}");
-    assert_eq!(s.clock.now(), secs(2.0));
-    assert!(child.events().is_empty());
-    assert_eq!(s.store.expiry(LOCK), None, "the lease was given back");
 }
 
 #[tokio::test(start_paused = true)]
