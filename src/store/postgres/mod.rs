@@ -71,9 +71,11 @@ use super::release_feed::{self, Heard, ReleaseFeed};
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
 use observe::{Changes, CHANGE_CHANNEL};
+use statements::{Sql, Value};
 use turns::{Note, Turns, TURN_CHANNEL};
 
 mod observe;
+mod statements;
 mod turns;
 
 /// The table used unless the URL says `?table=NAME`.
@@ -191,171 +193,6 @@ fn split_url(url: &str) -> std::result::Result<(String, String), String> {
     }
     let url = if kept.is_empty() { base.to_string() } else { format!("{base}?{}", kept.join("&")) };
     Ok((url, table))
-}
-
-/// The statements, with the table name quoted in and `$1`, `$2`... where `Sql::text` puts
-/// the values.
-struct Sql {
-    /// The table's name, quoted.
-    table: String,
-    acquire: String,
-    /// `acquire` by a waiter acting on a turn: it also tells the other waiters (`turns.rs`).
-    acquire_announced: String,
-    renew: String,
-    release: String,
-    status: String,
-    list: String,
-    /// `status` and `list` on a table from before the `kept` column.
-    status_before_kept: String,
-    list_before_kept: String,
-    revoke: String,
-}
-
-/// A value put into a statement by `Sql::text`.
-enum Value<'a> {
-    Text(&'a str),
-    Int(i64),
-}
-
-impl Value<'_> {
-    /// The value as an SQL literal. Text is dollar-quoted: the server reads everything between
-    /// the tags as is (no escapes, whatever `standard_conforming_strings` says), and the tag is
-    /// chosen so that the text cannot end the literal early. A NUL cannot be sent at all.
-    fn push_literal(&self, out: &mut String) -> std::result::Result<(), String> {
-        match self {
-            Value::Int(n) => out.push_str(&n.to_string()),
-            Value::Text(text) => {
-                if text.contains('\0') {
-                    return Err("a name with a NUL character cannot be stored".into());
-                }
-                let mut tag = String::from("lr");
-                while !ends_only_at_the_close(text, &tag) {
-                    tag.push('x');
-                }
-                for part in ["$", &tag, "$", text, "$", &tag, "$"] {
-                    out.push_str(part);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Whether `$tag$text$tag$` ends where the closing tag starts, and not inside `text`.
-fn ends_only_at_the_close(text: &str, tag: &str) -> bool {
-    let close = format!("${tag}$");
-    format!("{text}{close}").find(&close) == Some(text.len())
-}
-
-impl Sql {
-    /// `template` with each `$n` replaced by the n-th value as a literal, in one pass (a value
-    /// that itself contains `$2` is never rewritten). The values come from this program (lock
-    /// names, identities, numbers) and are quoted by `Value::push_literal`.
-    fn text(template: &str, values: &[Value<'_>]) -> std::result::Result<SqlStr, String> {
-        let mut out = String::with_capacity(template.len() + 128);
-        let mut rest = template;
-        while let Some(at) = rest.find('$') {
-            out.push_str(&rest[..at]);
-            let after = &rest[at + 1..];
-            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-            match after[..digits].parse::<usize>().ok().and_then(|n| values.get(n.checked_sub(1)?)) {
-                Some(value) => {
-                    value.push_literal(&mut out)?;
-                    rest = &after[digits..];
-                }
-                None => {
-                    out.push('$');
-                    rest = after;
-                }
-            }
-        }
-        out.push_str(rest);
-        Ok(AssertSqlSafe(Arc::<str>::from(out)).into_sql_str())
-    }
-
-    fn new(table: &str) -> Self {
-        let t = format!("\"{table}\"");
-        // Unix microseconds and the time left, both computed on the server's clock.
-        let columns = |kept: &str| {
-            format!(
-                "l.name, l.holder, l.token, l.revoked, {kept} AS kept,
-            (extract(epoch FROM l.acquired_at) * 1000000)::bigint AS acquired_us,
-            (extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint AS left_us"
-            )
-        };
-        // A table from before the `kept` column is read without it (`status` and `list` only
-        // look: they add nothing to the table).
-        let (columns, columns_before_kept) = (columns("l.kept"), columns("false"));
-        // One clock reading for the whole statement. A row is taken over only if it was
-        // released or has expired on the server's clock; the token never resets.
-        let insert = format!(
-            "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked, kept)
-             SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false, false
-               FROM (SELECT clock_timestamp() AS now) c
-             ON CONFLICT (name) DO UPDATE SET
-                holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
-                expires_at = excluded.expires_at, revoked = false, kept = false
-             WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
-             RETURNING l.token"
-        );
-        // A won acquire tells watchers (`observe.rs`); a lost one changed nothing.
-        let tell_watchers = format!("pg_notify('{CHANGE_CHANNEL}', $1)");
-        let sql = |s: String| s;
-        Self {
-            table: t.clone(),
-            acquire_announced: turns::announced_sql(&insert, "$1", &tell_watchers),
-            acquire: format!("WITH won AS ({insert}) SELECT token, {tell_watchers} FROM won"),
-            // A row kept for --min-hold has no child left: a renewal sent before its release
-            // and arriving after it must not stretch the keep to a full ttl again. (The
-            // acquire that made this lease already needed the `kept` column.)
-            renew: sql(format!(
-                "UPDATE {t} SET expires_at = clock_timestamp() + $1 * interval '1 microsecond'
-                 WHERE name = $2 AND token = $3 AND holder = $4 AND NOT revoked AND NOT kept"
-            )),
-            // With keep > 0 (--min-hold) the row stays taken until acquired_at + keep if
-            // that is still ahead, and watchers are told (`observe.rs`); otherwise it is
-            // freed, and waiters are told (watchers hear that too).
-            release: sql(format!(
-                "WITH done AS (
-                    UPDATE {t} l SET
-                        holder = CASE WHEN l.acquired_at + $1 * interval '1 microsecond' > c.now
-                                      THEN l.holder END,
-                        expires_at = CASE WHEN l.acquired_at + $1 * interval '1 microsecond' > c.now
-                                          THEN l.acquired_at + $1 * interval '1 microsecond' ELSE c.now END,
-                        kept = l.acquired_at + $1 * interval '1 microsecond' > c.now
-                    FROM (SELECT clock_timestamp() AS now) c
-                    WHERE l.name = $2 AND l.token = $3 AND l.holder = $4
-                    RETURNING l.holder)
-                 SELECT pg_notify(CASE WHEN holder IS NULL THEN '{CHANNEL}' ELSE '{CHANGE_CHANNEL}' END, $2),
-                        CASE WHEN holder IS NULL THEN {turn} END
-                   FROM done",
-                turn = turns::choose_sql("$2", "$6", "$5")
-            )),
-            status: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1")),
-            list: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name")),
-            status_before_kept: format!(
-                "SELECT {columns_before_kept} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1"
-            ),
-            list_before_kept: format!(
-                "SELECT {columns_before_kept} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name"
-            ),
-            // Compare-and-set on the token read: a lease taken in between is left alone. A
-            // lease only kept for --min-hold has no child and no holder left to free it: it is
-            // freed now; a live one is only asked to stand down. (SET reads the old row.)
-            revoke: sql(format!(
-                "WITH done AS (
-                    UPDATE {t} SET
-                        revoked = revoked OR NOT kept,
-                        holder = CASE WHEN kept THEN NULL ELSE holder END,
-                        expires_at = CASE WHEN kept THEN clock_timestamp() ELSE expires_at END,
-                        kept = false
-                    WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > clock_timestamp()
-                    RETURNING name)
-                 SELECT pg_notify('{CHANNEL}', name), {turn} FROM done",
-                turn = turns::choose_sql("name", "$3", "0")
-            )),
-        }
-    }
 }
 
 pub struct PostgresStore {
