@@ -71,11 +71,16 @@ use super::release_feed::{self, Heard, ReleaseFeed};
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
 use observe::{Changes, CHANGE_CHANNEL};
+pub use statements::schema_sql;
 use statements::{Sql, Value};
+pub use target::Target;
+#[cfg(test)]
+use target::{split_url, valid_table};
 use turns::{Note, Turns, TURN_CHANNEL};
 
 mod observe;
 mod statements;
+mod target;
 mod turns;
 
 /// The table used unless the URL says `?table=NAME`.
@@ -94,106 +99,6 @@ const MAX_CONNECTIONS: u32 = 2;
 
 /// How often a waiter re-reads the lock while it cannot listen for notifications.
 const POLL: Duration = Duration::from_millis(250);
-
-/// URL parameters sqlx understands (anything else is refused).
-const SQLX_PARAMS: &[&str] = &[
-    "sslmode",
-    "ssl-mode",
-    "sslrootcert",
-    "ssl-root-cert",
-    "ssl-ca",
-    "sslcert",
-    "ssl-cert",
-    "sslkey",
-    "ssl-key",
-    "statement-cache-capacity",
-    "host",
-    "hostaddr",
-    "port",
-    "dbname",
-    "user",
-    "password",
-    "application_name",
-    "options",
-];
-
-/// The table's definition, one statement without a trailing `;` (for `leaderrun init
-/// --print-sql`). `table` must be a plain identifier (see `valid_table`).
-pub fn schema_sql(table: &str) -> String {
-    format!(
-        "CREATE TABLE IF NOT EXISTS \"{table}\" (
-    name        text PRIMARY KEY,
-    holder      text,                          -- NULL when released
-    token       bigint NOT NULL,               -- fencing token: +1 on every acquisition, never reset
-    acquired_at timestamptz NOT NULL,          -- server clock at acquisition
-    expires_at  timestamptz NOT NULL,          -- server clock at which the lease lapses
-    revoked     boolean NOT NULL DEFAULT false, -- `leaderrun release` asked the holder to stand down
-    kept        boolean NOT NULL DEFAULT false  -- released, kept until expires_at for --min-hold
-)"
-    )
-}
-
-/// A `postgres://` URL, parsed once while the command line is checked.
-#[derive(Clone)]
-pub struct Target {
-    /// The URL without its password, for messages.
-    pub shown: String,
-    options: PgConnectOptions,
-    table: String,
-}
-
-impl Target {
-    /// Parse a `postgres://` or `postgresql://` URL: leaderrun's `table=` and the parameters
-    /// sqlx knows; anything else is refused (a misspelt `sslmode` must not leave TLS off).
-    pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        let (sqlx_url, table) = split_url(url)?;
-        let options = PgConnectOptions::from_str(&sqlx_url)
-            .map_err(|e| format!("invalid URL: {}", describe(&e)))?
-            .log_statements(tracing::log::LevelFilter::Trace);
-        Ok(Self { shown: redact(url), options, table })
-    }
-
-    /// The table's name (`?table=`, checked).
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-}
-
-/// Whether `name` is a plain SQL identifier: safe to quote into a statement as is.
-fn valid_table(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name.len() <= 63
-}
-
-/// Split leaderrun's own `table=` off the URL (sqlx would warn about it) and drop the
-/// parameters sqlx does not know, so that it never logs their values.
-fn split_url(url: &str) -> std::result::Result<(String, String), String> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_string(), DEFAULT_TABLE.to_string()));
-    };
-    let mut table = DEFAULT_TABLE.to_string();
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key == "table" {
-            if !valid_table(value) {
-                return Err(format!(
-                    "table={value:?} is not a plain SQL identifier \
-                     (letters, digits and _, not starting with a digit, at most 63 characters)"
-                ));
-            }
-            table = value.to_string();
-        } else if SQLX_PARAMS.contains(&key) || (key.starts_with("options[") && key.ends_with(']')) {
-            kept.push(pair);
-        } else {
-            return Err(format!("unknown parameter ?{key}= (known: table, {})", SQLX_PARAMS.join(", ")));
-        }
-    }
-    let url = if kept.is_empty() { base.to_string() } else { format!("{base}?{}", kept.join("&")) };
-    Ok((url, table))
-}
 
 pub struct PostgresStore {
     pool: PgPool,

@@ -167,3 +167,19 @@ impl Sql {
         }
     }
 }
+
+/// The table's definition, one statement without a trailing `;` (for `leaderrun init
+/// --print-sql`). `table` must be a plain identifier (see `valid_table`).
+pub fn schema_sql(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS \"{table}\" (
+    name        text PRIMARY KEY,
+    holder      text,                          -- NULL when released
+    token       bigint NOT NULL,               -- fencing token: +1 on every acquisition, never reset
+    acquired_at timestamptz NOT NULL,          -- server clock at acquisition
+    expires_at  timestamptz NOT NULL,          -- server clock at which the lease lapses
+    revoked     boolean NOT NULL DEFAULT false, -- `leaderrun release` asked the holder to stand down
+    kept        boolean NOT NULL DEFAULT false  -- released, kept until expires_at for --min-hold
+)"
+    )
+}
