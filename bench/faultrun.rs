@@ -170,6 +170,8 @@ struct Config {
     store: Kind,
     /// A 3-node cluster of the store (etcd, nats, zookeeper) instead of one server.
     cluster: bool,
+    /// --slots N for every contender: up to N children at once, one per slot.
+    slots: usize,
 }
 
 fn parse_args() -> Result<Config, String> {
@@ -186,7 +188,9 @@ fn parse_args() -> Result<Config, String> {
         report: None,
         store: Kind::Sqlite,
         cluster: false,
+        slots: 1,
     };
+    let mut contenders_given = false;
     let mut it = std::env::args().skip(1);
     let dur = |v: Option<String>, f: &str| -> Result<Duration, String> {
         humantime::parse_duration(&v.ok_or(format!("{f} needs a value"))?).map_err(|e| format!("{f}: {e}"))
@@ -195,8 +199,10 @@ fn parse_args() -> Result<Config, String> {
         match flag.as_str() {
             "--faults" => c.faults = it.next().and_then(|v| v.parse().ok()).ok_or("--faults needs a number")?,
             "--contenders" => {
-                c.contenders = it.next().and_then(|v| v.parse().ok()).ok_or("--contenders needs a number")?
+                c.contenders = it.next().and_then(|v| v.parse().ok()).ok_or("--contenders needs a number")?;
+                contenders_given = true;
             }
+            "--slots" => c.slots = it.next().and_then(|v| v.parse().ok()).ok_or("--slots needs a number")?,
             "--seed" => c.seed = it.next().and_then(|v| v.parse().ok()).ok_or("--seed needs a number")?,
             "--ttl" => c.ttl = dur(it.next(), "--ttl")?,
             "--renew-every" => c.renew_every = dur(it.next(), "--renew-every")?,
@@ -216,12 +222,18 @@ fn parse_args() -> Result<Config, String> {
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
                      [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|gcs|datastore] \
-                     [--cluster (etcd, nats, zookeeper: 3 nodes)]"
+                     [--cluster (etcd, nats, zookeeper: 3 nodes)] [--slots N (contenders: N + 2 by default)]"
                 );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if !contenders_given && c.slots > 1 {
+        c.contenders = c.slots + 2;
+    }
+    if c.slots == 0 || c.contenders <= c.slots {
+        return Err("need --slots >= 1 and more --contenders than --slots".into());
     }
     if c.contenders < 2 || c.gap_min > c.gap_max {
         return Err("need --contenders >= 2 and --gap-min <= --gap-max".into());
@@ -281,12 +293,14 @@ impl Run {
             .arg(humantime::format_duration(self.config.kill_after).to_string())
             .arg("--identity")
             .arg(&identity)
+            .arg("--slots")
+            .arg(self.config.slots.to_string())
             .arg("--")
             .arg(sibling("leaderrun-probe"))
             .arg("--log")
             .arg(&self.log)
             .arg("--lockfile")
-            .arg(self.dir.join("probe.flock"))
+            .arg(self.dir.join(if self.config.slots > 1 { "probe-{slot}.flock" } else { "probe.flock" }))
             .arg("--id")
             .arg(&identity)
             .arg("--beat")
@@ -334,7 +348,8 @@ impl Run {
         })
     }
 
-    /// The current holder's identity, from `leaderrun status --json`.
+    /// The current holder's identity, from `leaderrun status --json`: with --slots, the
+    /// holder of a slot picked at random among the held ones.
     fn holder(&self) -> Option<String> {
         let out = Command::new(sibling("leaderrun"))
             .env_clear()
@@ -343,7 +358,11 @@ impl Run {
             .output()
             .ok()?;
         let value: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        value.get("holder")?.as_str().map(String::from)
+        let holders: Vec<String> = match value.as_array() {
+            Some(slots) => slots.iter().filter_map(|s| s.get("holder")?.as_str().map(String::from)).collect(),
+            None => value.get("holder").and_then(|h| h.as_str()).map(String::from).into_iter().collect(),
+        };
+        (!holders.is_empty()).then(|| holders[rand::rng().random_range(0..holders.len())].clone())
     }
 
     fn wrapper_pid(&self, identity: &str) -> Option<Pid> {
@@ -496,6 +515,8 @@ struct Applied {
 /// One probe's life, from the log.
 #[derive(Debug, Default, Clone)]
 struct Life {
+    /// The slot it ran in (--slots; 0 otherwise).
+    slot: usize,
     token: u64,
     start: u64,
     last: u64,
@@ -533,11 +554,12 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
-            ["START", id, token, t] => {
+            ["START", id, token, t, slot @ ..] => {
                 let t = t.parse().unwrap_or(0);
+                let slot = slot.first().and_then(|s| s.parse().ok()).unwrap_or(0);
                 lives.insert(
                     id.to_string(),
-                    Life { token: token.parse().unwrap_or(0), start: t, last: t, stopped: false },
+                    Life { slot, token: token.parse().unwrap_or(0), start: t, last: t, stopped: false },
                 );
             }
             ["BEAT", id, t] => {
@@ -559,25 +581,40 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
     let mut ordered: Vec<(&String, &Life)> = lives.iter().collect();
     ordered.sort_by_key(|(_, l)| l.start);
 
-    // Overlapping intervals [start, last seen].
+    // Within each slot (the one lock without --slots): overlapping intervals [start, last
+    // seen], and tokens out of order.
     let mut overlaps = 0usize;
     let mut longest = 0u64;
-    let mut latest_end: Option<(u64, &String)> = None;
-    for (id, life) in &ordered {
-        if let Some((end, prev)) = latest_end {
-            if life.start < end && prev != *id {
-                overlaps += 1;
-                longest = longest.max(end - life.start);
+    let (mut disorder, mut disorder_across) = (0usize, 0usize);
+    let across_restart = |a: &Life, b: &Life| epochs.iter().any(|&t| a.start < t && t <= b.start);
+    for slot in 0..config.slots {
+        let in_slot: Vec<&(&String, &Life)> = ordered.iter().filter(|(_, l)| l.slot == slot).collect();
+        let mut latest_end: Option<(u64, &String)> = None;
+        for (id, life) in &in_slot {
+            if let Some((end, prev)) = latest_end {
+                if life.start < end && prev != *id {
+                    overlaps += 1;
+                    longest = longest.max(end - life.start);
+                }
+            }
+            if latest_end.is_none_or(|(end, _)| life.last > end) {
+                latest_end = Some((life.last, id));
             }
         }
-        if latest_end.is_none_or(|(end, _)| life.last > end) {
-            latest_end = Some((life.last, id));
+        for w in in_slot.windows(2).filter(|w| w[1].1.token <= w[0].1.token) {
+            if across_restart(w[0].1, w[1].1) {
+                disorder_across += 1;
+            } else {
+                disorder += 1;
+            }
         }
     }
-    let across_restart = |a: &Life, b: &Life| epochs.iter().any(|&t| a.start < t && t <= b.start);
-    let (disorder, disorder_across): (Vec<_>, Vec<_>) =
-        ordered.windows(2).filter(|w| w[1].1.token <= w[0].1.token).partition(|w| !across_restart(w[0].1, w[1].1));
-    let (disorder, disorder_across) = (disorder.len(), disorder_across.len());
+    let outside = ordered.iter().filter(|(_, l)| l.slot >= config.slots).count();
+    // The most children alive at one instant, over every slot: at most --slots.
+    let mut edges: Vec<(u64, i64)> = ordered.iter().flat_map(|(_, l)| [(l.start, 1), (l.last, -1)]).collect();
+    edges.sort_by_key(|&(t, step)| (t, step));
+    let most_at_once =
+        edges.iter().scan(0i64, |alive, &(_, step)| { *alive += step; Some(*alive) }).max().unwrap_or(0) as usize;
 
     // Failover gap per fault kind: from the end of the faulted holder's child (its last
     // sign of life, or the fault itself if that came later, as when the child is
@@ -614,9 +651,10 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
         *counts.entry(a.fault).or_default() += 1;
     }
     lines.push(format!(
-        "fault run: {} faults, {} contenders, ttl {}, renew every {}, kill after {}, seed {}",
+        "fault run: {} faults, {} contenders{}, ttl {}, renew every {}, kill after {}, seed {}",
         applied.len(),
         config.contenders,
+        if config.slots > 1 { format!(" on {} slots", config.slots) } else { String::new() },
         humantime::format_duration(config.ttl),
         humantime::format_duration(config.renew_every),
         humantime::format_duration(config.kill_after),
@@ -626,6 +664,9 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
     lines.push(format!("overlaps caught by flock: {caught}"));
     lines.push(format!("overlapping intervals: {overlaps} (longest {:.1} ms)", longest as f64 / 1e6));
     lines.push(format!("fencing tokens out of order: {disorder}"));
+    if config.slots > 1 {
+        lines.push(format!("slots: {}; most children at once: {most_at_once}; children outside the slots: {outside}", config.slots));
+    }
     if !epochs.is_empty() {
         lines.push(format!(
             "server restarts that restart the token floor: {} (tokens out of order across one: {disorder_across})",
@@ -663,7 +704,8 @@ fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], config: 
             ms(g.last().copied().unwrap_or(f64::NAN))
         ));
     }
-    let failed = caught > 0 || overlaps > 0 || disorder > 0 || ordered.len() < 2;
+    let failed =
+        caught > 0 || overlaps > 0 || disorder > 0 || ordered.len() < 2 || most_at_once > config.slots || outside > 0;
     lines.push(String::new());
     lines.push(if failed { "RESULT: FAIL".into() } else { "RESULT: PASS (0 overlaps, tokens in order)".into() });
     Report { lines, failed }

@@ -6,6 +6,8 @@
 //! file and holds it for its whole life: failing to get it means another probe is
 //! running right now, an overlap caught in the act (logged as `OVERLAP id token t`).
 //! It stops on SIGTERM, SIGINT or SIGHUP (logging STOP), or by itself after --run-for.
+//! Under `--slots` (a --lockfile naming `{slot}`), the flock is on the file of its slot
+//! (LEADERRUN_SLOT), and START carries the slot too: `START id token t slot`.
 //! A test instrument, not part of leaderrun: install leaderrun alone with
 //! `cargo install --path . --bin leaderrun`.
 
@@ -77,8 +79,10 @@ fn main() {
     let started = now_ns();
     let token = std::env::var("LEADERRUN_FENCING_TOKEN").unwrap_or_else(|_| "-".into());
     let mut log = OpenOptions::new().create(true).append(true).open(&args.log).expect("open --log");
-    let lock =
-        OpenOptions::new().create(true).truncate(false).write(true).open(&args.lockfile).expect("open --lockfile");
+    let slot = std::env::var("LEADERRUN_SLOT").unwrap_or_else(|_| "0".into());
+    let per_slot = args.lockfile.contains("{slot}");
+    let lockfile = args.lockfile.replace("{slot}", &slot);
+    let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&lockfile).expect("open --lockfile");
     // SAFETY: flock on a file descriptor we own.
     let got = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
     let id = &args.id;
@@ -86,7 +90,11 @@ fn main() {
         // One write per line: O_APPEND keeps lines from different processes whole.
         let _ = log.write_all(text.as_bytes());
     };
-    line(format!("START {id} {token} {started}\n"));
+    if per_slot {
+        line(format!("START {id} {token} {started} {slot}\n"));
+    } else {
+        line(format!("START {id} {token} {started}\n"));
+    }
     if !got {
         line(format!("OVERLAP {id} {token} {}\n", now_ns()));
     }

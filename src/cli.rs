@@ -126,6 +126,8 @@ pub enum Command {
         #[command(flatten)]
         lock: LockArg,
         #[command(flatten)]
+        slots: SlotsArg,
+        #[command(flatten)]
         common: CommonArgs,
         #[command(flatten)]
         output: JsonArg,
@@ -148,6 +150,8 @@ pub enum Command {
         #[command(flatten)]
         lock: LockArg,
         #[command(flatten)]
+        slots: SlotsArg,
+        #[command(flatten)]
         common: CommonArgs,
         #[command(flatten)]
         output: JsonArg,
@@ -164,6 +168,9 @@ pub enum Command {
     Watch {
         #[command(flatten)]
         lock: LockArg,
+        /// Follow this slot of a lock run with --slots (0 is the lock itself).
+        #[arg(long, value_name = "K", default_value_t = 0, value_parser = parse_slot)]
+        slot: usize,
         #[command(flatten)]
         common: CommonArgs,
         /// One JSON object a line: status --json's fields, plus "event" and "at" (RFC 3339).
@@ -190,6 +197,10 @@ pub enum Command {
         /// inside a leaderrun child, for its own lock: LEADERRUN_FENCING_TOKEN.
         #[arg(long, value_name = "N")]
         token: Option<u64>,
+        /// Ask about this slot of a lock run with --slots. Default: LEADERRUN_SLOT inside a
+        /// leaderrun child, for its own lock; else 0, the lock itself.
+        #[arg(long, value_name = "K", value_parser = parse_slot)]
+        slot: Option<usize>,
         #[command(flatten)]
         common: CommonArgs,
     },
@@ -224,6 +235,18 @@ impl LockArg {
     pub fn name(&self) -> &str {
         self.lock.as_deref().unwrap_or_default()
     }
+}
+
+/// Which slots of a semaphore (`--slots`) `status` and `release` act on.
+#[derive(Debug, Args)]
+pub struct SlotsArg {
+    /// Only this slot (0 is the lock itself).
+    #[arg(long, value_name = "K", value_parser = parse_slot, conflicts_with = "slots")]
+    pub slot: Option<usize>,
+    /// Slots 0 to N-1. Default: slot 0 and each further slot up to the first the store has
+    /// never seen (runs take the lowest free slot first).
+    #[arg(long, value_name = "N", value_parser = parse_slots)]
+    pub slots: Option<usize>,
 }
 
 /// Flags every mode shares: where the store is, and how much to say.
@@ -342,6 +365,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "STR")]
     pub identity: Option<String>,
 
+    /// Let up to N children of the lock run at once across the fleet: a semaphore of N slots.
+    ///
+    /// Each slot is a lease of its own, with its own fencing token; the child learns its slot
+    /// from LEADERRUN_SLOT (0 to N-1). A one-shot run takes the lowest free slot, else exits
+    /// with --conflict-exit-code; with --wait it waits for every slot at once and takes the
+    /// first that frees. Runs that name the same lock with a different --slots share the slots
+    /// by number: a run only takes slots below its own N, so no more children run than the
+    /// largest --slots in use. Slot 0 is the lock itself: --slots 1 is a plain lock.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_slots, env = "LEADERRUN_SLOTS")]
+    pub slots: usize,
+
     /// Stop the child once it has run this long: --signal, then SIGKILL after --kill-after,
     /// as timeout(1) does, and exit 124. The lease is then released (kept for --min-hold in
     /// one-shot mode). The watchdog keeps this limit too, so a frozen leaderrun cannot
@@ -359,7 +393,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR", value_parser = parse_listen_addr, env = "LEADERRUN_HTTP")]
     pub http: Option<std::net::SocketAddr>,
 
-    /// While this run leads, keep PATH holding {"lock", "identity", "token", "since"} as JSON,
+    /// While this run leads, keep PATH holding {"lock", "slot", "identity", "token", "since"} as JSON,
     /// replaced whole at each change. It is removed when leadership ends, before leaderrun
     /// exits (by the watchdog if leaderrun itself dies). Its directory must exist.
     #[arg(long, value_name = "PATH", env = "LEADERRUN_LEADER_FILE")]
@@ -395,6 +429,24 @@ fn parse_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
     match full.to_socket_addrs() {
         Ok(mut addrs) => addrs.next().ok_or_else(|| format!("'{text}' names no address")),
         Err(_) => Err(format!("'{text}' is not HOST:PORT or :PORT (write e.g. 127.0.0.1:9090 or :9090)")),
+    }
+}
+
+/// --slots: a count from 1 to `slots::MAX_SLOTS`.
+fn parse_slots(text: &str) -> Result<usize, String> {
+    let max = crate::slots::MAX_SLOTS;
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("'{text}' is not a number of slots from 1 to {max}")),
+    }
+}
+
+/// --slot: a slot number, from 0 to `slots::MAX_SLOTS` - 1.
+fn parse_slot(text: &str) -> Result<usize, String> {
+    let max = crate::slots::MAX_SLOTS - 1;
+    match text.trim().parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(format!("'{text}' is not a slot number from 0 to {max}")),
     }
 }
 

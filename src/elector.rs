@@ -11,11 +11,13 @@
 //! payload gets the stop signal at `deadline − kill_after` and SIGKILL at the
 //! deadline, and the stop signal at once when the store says the lease is gone.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::Mutex;
 use tokio::time::timeout;
 
 use crate::clock::{sleep_until, Clock};
@@ -76,6 +78,8 @@ pub struct Election {
     /// health by its store's answers (--http, systemd's watchdog). None: as long as the store
     /// allows (an idle standby on a store that pushes changes may ask nothing for a minute).
     pub heartbeat: Option<Duration>,
+    /// --slots: how many children of the lock may run at once, one per slot (`slots.rs`).
+    pub slots: usize,
 }
 
 /// How a run ended.
@@ -108,11 +112,24 @@ enum Unconfirmed {
 }
 
 pub struct Elector {
+    /// The store the lease is held in: slot 0's until a campaign wins another slot.
     store: Arc<dyn Store>,
+    /// With --wait and --slots: a store of its own for each further slot, so that each slot's
+    /// wait keeps its own place among the standbys (a store waits for one lock at a time).
+    slot_stores: Vec<Arc<dyn Store>>,
     clock: Arc<dyn Clock>,
     election: Election,
-    signals: UnboundedReceiver<Signal>,
+    /// Shared by the campaigns for several slots: whichever hears a signal ends them all.
+    signals: Mutex<UnboundedReceiver<Signal>>,
     observer: Arc<dyn Observer>,
+}
+
+/// A campaign's win: the lease, the instant its acquire (or confirming renewal) was sent, and
+/// the slot it holds.
+struct Won {
+    lease: Lease,
+    sent: Duration,
+    slot: usize,
 }
 
 impl Elector {
@@ -122,7 +139,20 @@ impl Elector {
         election: Election,
         signals: UnboundedReceiver<Signal>,
     ) -> Self {
-        Self { store, clock, election, signals, observer: Arc::new(Observers::none()) }
+        Self {
+            store,
+            slot_stores: Vec::new(),
+            clock,
+            election,
+            signals: Mutex::new(signals),
+            observer: Arc::new(Observers::none()),
+        }
+    }
+
+    /// With --slots and --wait: `stores[i]` waits for slot i + 1 (slot 0 uses the first store).
+    pub fn slot_stores(mut self, stores: Vec<Arc<dyn Store>>) -> Self {
+        self.slot_stores = stores;
+        self
     }
 
     /// Report what happens to `observer` (DESIGN.md §9: it only reports).
@@ -133,8 +163,9 @@ impl Elector {
 
     /// Campaign, then run the payload while leading.
     pub async fn run(mut self, payload: &mut dyn Payload) -> Outcome {
+        self.observer.event(&Event::Campaigning { lock: &self.election.lock });
         match self.campaign().await {
-            Ok((lease, sent)) => self.lead(payload, lease, sent).await,
+            Ok(won) => self.lead(payload, won).await,
             Err(outcome) => outcome,
         }
     }
@@ -147,9 +178,16 @@ impl Elector {
         self.clock.now()
     }
 
-    /// Try (once, or until elected / timed out / interrupted). Returns the lease and the
-    /// instant its acquire request was sent.
-    async fn campaign(&mut self) -> Result<(Lease, Duration), Outcome> {
+    /// A signal relayed to the run, to whichever campaign hears it first.
+    async fn signal(&self) -> Option<Signal> {
+        self.signals.lock().await.recv().await
+    }
+
+    /// Try for one slot (once, or until elected / timed out / interrupted) through `store`.
+    /// Returns the lease and the instant its acquire request was sent. `granted` is set while
+    /// a write that may have given this run the lease has not been found to have lost: a
+    /// campaign dropped meanwhile (another slot won) leaves such a lease to be given back.
+    async fn campaign_slot(&self, store: &Arc<dyn Store>, granted: &AtomicBool) -> Result<(Lease, Duration), Outcome> {
         let timing = self.timing();
         let (give_up, one_shot, retry_until) = match self.election.mode {
             Mode::Wait { until } => (until, false, until),
@@ -159,21 +197,25 @@ impl Elector {
         // The token of a lease of this run's own that it gave back (once only: if the store did
         // not free it, it lapses at its expiry like any other lease).
         let mut ghost = None;
-        self.observer.event(&Event::Campaigning { lock: &self.election.lock });
         loop {
             let sent = self.now();
-            let store = self.store.clone();
+            granted.store(true, Ordering::SeqCst);
+            let asked = store.clone();
             let (lock, identity) = (self.election.lock.clone(), self.election.identity.clone());
             let attempt =
-                timeout(timing.request_timeout(), async move { store.acquire(&lock, &identity, timing.ttl).await });
+                timeout(timing.request_timeout(), async move { asked.acquire(&lock, &identity, timing.ttl).await });
             let result = tokio::select! {
                 result = attempt => result,
-                Some(signal) = self.signals.recv() => {
+                Some(signal) = self.signal() => {
                     // The acquire was under way: the store may have granted it.
-                    self.abandon().await;
+                    self.abandon(store).await;
                     return Err(Outcome::Interrupted(signal));
                 }
             };
+            if !matches!(result, Ok(Ok(Acquire::Won(_) | Acquire::Confirm { .. }))) {
+                // Held, or failed: any lease it may have been granted is given back below.
+                granted.store(false, Ordering::SeqCst);
+            }
             // A client-timed store's first sight of a held lease: taken if it stays unchanged
             // for `decide_in` (a one-shot run watches that long; a change ends it).
             let unproven = match &result {
@@ -192,10 +234,11 @@ impl Elector {
                     }
                     // The answer came too late to leave the payload any time: give it back.
                     tracing::warn!(token = lease.token, "the store took too long to grant the lease; giving it back");
-                    self.release(&lease, Duration::ZERO).await;
+                    self.release(store, &lease, Duration::ZERO).await;
+                    granted.store(false, Ordering::SeqCst);
                     StoreError::unavailable("the store answered too slowly to grant a usable lease")
                 }
-                Ok(Ok(Acquire::Confirm { lease, after })) => match self.confirm(lease, after).await {
+                Ok(Ok(Acquire::Confirm { lease, after })) => match self.confirm(store, lease, after).await {
                     Ok(confirmed) => return Ok(confirmed),
                     // Asked to stand down (revoked) before its child started: it ends as a holder would.
                     Err(Unconfirmed::Lost(record))
@@ -217,7 +260,7 @@ impl Elector {
                     // An earlier attempt whose answer never came was granted after all: this
                     // run's own ghost. Give it back and try again at once.
                     tracing::debug!(token = record.token, "an earlier acquire was granted after all; giving it back");
-                    self.abandon().await;
+                    self.abandon(store).await;
                     continue;
                 }
                 Ok(Ok(Acquire::Held(record) | Acquire::Unproven { record, .. })) => {
@@ -231,13 +274,13 @@ impl Elector {
                         }
                         None => tracing::debug!(holder, "lock is held; waiting"),
                     }
-                    let recheck = self.recheck_after(&record, unproven);
+                    let recheck = self.recheck_after(store, &record, unproven);
                     let recheck = give_up.map_or(recheck, |t| t.saturating_sub(self.now()).min(recheck));
-                    let store = self.store.clone();
+                    let waiting = store.clone();
                     let lock = self.election.lock.clone();
                     tokio::select! {
-                        _ = async move { store.changed(&lock, recheck).await } => {}
-                        Some(signal) = self.signals.recv() => return Err(Outcome::Interrupted(signal)),
+                        _ = async move { waiting.changed(&lock, recheck).await } => {}
+                        Some(signal) = self.signal() => return Err(Outcome::Interrupted(signal)),
                     }
                     if give_up.is_some_and(|t| self.now() >= t) {
                         return Err(Outcome::Conflict(Some(record)));
@@ -249,14 +292,14 @@ impl Elector {
                     // A timeout of the store's own, or a reset after the request went out: the
                     // store may have granted it all the same. Give it back, as for no answer,
                     // or a one-shot run would leave its lease to keep every host out for a ttl.
-                    self.abandon().await;
+                    self.abandon(store).await;
                     err
                 }
                 Ok(Err(err)) => err,
                 Err(_) => {
                     // No answer: the store may still grant it. Give it back before going on,
                     // or nobody would hold that lease and everyone would be kept out for a ttl.
-                    self.abandon().await;
+                    self.abandon(store).await;
                     StoreError::unavailable(format!(
                         "the store did not answer within {}",
                         humantime::format_duration(timing.request_timeout())
@@ -276,7 +319,7 @@ impl Elector {
             let clock = self.clock.clone();
             tokio::select! {
                 _ = async move { sleep_until(&*clock, until).await } => {}
-                Some(signal) = self.signals.recv() => return Err(Outcome::Interrupted(signal)),
+                Some(signal) = self.signal() => return Err(Outcome::Interrupted(signal)),
             }
             if retry_until.is_some_and(|t| self.now() >= t) {
                 // The turn never came because the store was down: say so, not "held elsewhere".
@@ -296,11 +339,11 @@ impl Elector {
     /// safety net. Any other (a release announced on a channel, while expiry is silent) is
     /// re-read when the lease it reported would expire: an idle standby then reads once per
     /// holder renewal at most, and a dead holder's lease is taken as soon as it lapses.
-    fn recheck_after(&self, record: &LockRecord, unproven: Option<Duration>) -> Duration {
+    fn recheck_after(&self, store: &Arc<dyn Store>, record: &LockRecord, unproven: Option<Duration>) -> Duration {
         let recheck = match unproven {
             // A first sight on a client-timed store: decided after one observation.
             Some(left) => left.min(SAFETY_RECHECK),
-            None if self.store.sees_expiry() => SAFETY_RECHECK,
+            None if store.sees_expiry() => SAFETY_RECHECK,
             None => record.expires_in.map_or(RECHECK, |left| (left + MARGIN_AFTER_EXPIRY).min(SAFETY_RECHECK)),
         };
         let recheck = self.election.heartbeat.map_or(recheck, |beat| recheck.min(beat));
@@ -308,21 +351,26 @@ impl Elector {
     }
 
     /// Run the payload while renewing the lease; stop it when the lease cannot be trusted.
-    async fn lead(&mut self, payload: &mut dyn Payload, lease: Lease, sent: Duration) -> Outcome {
+    async fn lead(&mut self, payload: &mut dyn Payload, won: Won) -> Outcome {
+        let Won { lease, sent, slot } = won;
         let timing = self.timing();
         let deadline = timing.deadline_after(sent);
-        self.observer.event(&Event::Elected { lease: &lease, stop_at: timing.stop_at(deadline) });
+        self.observer.event(&Event::Elected { lease: &lease, slot, stop_at: timing.stop_at(deadline) });
         // Counted from before the child starts: the watchdog's count, begun at the spawn, ends
         // later, so this run acts first.
         let max_runtime_at = self.election.max_runtime.map(|limit| self.now() + limit);
-        if let Err(err) = payload.start(&lease, deadline).await {
+        if let Err(err) = payload.start(&lease, slot, deadline).await {
             // Nothing ran: free the lease at once rather than holding it for --min-hold.
             self.observer.event(&Event::Released);
-            self.release(&lease, Duration::ZERO).await;
+            self.release(&self.store, &lease, Duration::ZERO).await;
             return Outcome::StartFailed(err);
         }
         self.observer.event(&Event::ChildStarted);
-        tracing::info!(lock = %lease.lock, token = lease.token, identity = %lease.identity, "elected; child started");
+        if self.election.slots > 1 {
+            tracing::info!(lock = %lease.lock, slot, token = lease.token, identity = %lease.identity, "elected; child started");
+        } else {
+            tracing::info!(lock = %lease.lock, token = lease.token, identity = %lease.identity, "elected; child started");
+        }
         let mut term = Term::new(lease, timing, self.election.stop, sent, self.observer.clone());
         term.max_runtime_at = max_runtime_at;
         let exit = loop {
@@ -334,7 +382,7 @@ impl Elector {
             tokio::select! {
                 biased;
                 exit = payload.wait() => break exit,
-                Some(signal) = self.signals.recv() => term.relay(signal, self.now(), payload),
+                Some(signal) = self.signals.get_mut().recv() => term.relay(signal, self.now(), payload),
                 (sent, answer) = first_answer(&mut term.renewing), if !term.renewing.is_empty() => {
                     term.renewal_done(sent, answer, self.now(), payload);
                 }
@@ -360,13 +408,13 @@ impl Elector {
         self.observer.event(&Event::ChildEnded { exit, why: term.child_end() });
         let (keep, outcome) = term.outcome(exit);
         self.observer.event(&Event::Released);
-        self.release(&lease, keep).await;
+        self.release(&self.store, &lease, keep).await;
         outcome
     }
 
     /// Best effort: the lease expires by itself if this does not reach the store.
-    async fn release(&self, lease: &Lease, keep: Duration) {
-        match timeout(self.timing().request_timeout(), self.store.release(lease, keep)).await {
+    async fn release(&self, store: &Arc<dyn Store>, lease: &Lease, keep: Duration) {
+        match timeout(self.timing().request_timeout(), store.release(lease, keep)).await {
             Ok(Ok(())) => tracing::debug!(token = lease.token, ?keep, "released"),
             Ok(Err(err)) => {
                 tracing::warn!("could not release the lease (it will expire by itself): {err}")
@@ -377,6 +425,7 @@ impl Elector {
 }
 
 mod confirm;
+mod slots;
 mod term;
 #[cfg(test)]
 mod tests;

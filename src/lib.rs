@@ -5,6 +5,7 @@
 //! - `timing`: every timing rule, validated in one place;
 //! - `elector`: the campaign / lead / renew state machine (no I/O, clock injected);
 //! - `store`: one trait, one file per store;
+//! - `slots`: `--slots N`, N locks under one name, above the store trait;
 //! - `child`: process group, signals, kill escalation, the watchdog;
 //! - `observe`: what a run reports about itself (the child's lease file, health, metrics);
 //! - `run`: wires them together for the binary.
@@ -18,6 +19,7 @@ pub mod logging;
 pub mod observe;
 pub mod payload;
 pub mod run;
+pub mod slots;
 pub mod store;
 pub mod timing;
 

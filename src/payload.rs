@@ -51,9 +51,9 @@ impl StartError {
 
 #[async_trait]
 pub trait Payload: Send {
-    /// Start under `lease`; `deadline` (on the elector's clock) is when it must be dead
-    /// unless the lease is renewed.
-    async fn start(&mut self, lease: &Lease, deadline: Duration) -> Result<(), StartError>;
+    /// Start under `lease`, held in slot `slot` of the lock (0 for a plain lock); `deadline`
+    /// (on the elector's clock) is when it must be dead unless the lease is renewed.
+    async fn start(&mut self, lease: &Lease, slot: usize, deadline: Duration) -> Result<(), StartError>;
     /// A renewal succeeded: the deadline moved to `deadline`.
     fn extend(&mut self, deadline: Duration);
     /// Deliver `signal` to the whole payload (a process group).

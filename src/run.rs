@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context;
 use nix::sys::signal::Signal;
@@ -17,15 +17,19 @@ use crate::clock::{BootClock, Clock};
 use crate::elector::{Election, Elector, Mode, Outcome};
 use crate::exit;
 use crate::logging;
+use crate::slots;
 use crate::observe::{Event, Observer};
 use crate::store::url::{self, Access, StoreSpec};
-use crate::store::{validate_lock_name, LockRecord, Store};
+use crate::store::{validate_lock_name, Store};
 use crate::timing::{validate_timeout, Requested};
 
 mod check;
 mod opening;
+mod records;
 mod reporting;
 mod watch;
+
+use records::{short, Shown};
 
 /// Print one line naming the problem; return the status to exit with.
 fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
@@ -39,25 +43,25 @@ fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
 pub async fn main(cli: Cli) -> anyhow::Result<u8> {
     match cli.subcommand {
         None => run(cli.run).await,
-        Some(Command::Status { lock, common, output }) => {
+        Some(Command::Status { lock, slots, common, output }) => {
             logging::init(&common);
-            status(&common, lock.name(), output.json).await
+            records::status(&common, lock.name(), &slots, output.json).await
         }
         Some(Command::List { common, output }) => {
             logging::init(&common);
-            list(&common, output.json).await
+            records::list(&common, output.json).await
         }
-        Some(Command::Release { lock, common, output }) => {
+        Some(Command::Release { lock, slots, common, output }) => {
             logging::init(&common);
-            release(&common, lock.name(), output.json).await
+            records::release(&common, lock.name(), &slots, output.json).await
         }
-        Some(Command::Watch { lock, common, json }) => {
+        Some(Command::Watch { lock, slot, common, json }) => {
             logging::init(&common);
-            watch::watch(&common, lock.name(), json).await
+            watch::watch(&common, lock.name(), slot, json).await
         }
-        Some(Command::Check { lock, token, common }) => {
+        Some(Command::Check { lock, token, slot, common }) => {
             logging::init(&common);
-            check::check(&common, lock, token).await
+            check::check(&common, lock, token, slot).await
         }
         Some(Command::Init { common, print_sql }) => {
             logging::init(&common);
@@ -101,6 +105,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
     let usage = |e: String| fail(exit::USAGE, e);
     let lock = args.lock.name().to_string();
     validate_lock_name(&lock).map_err(usage)?;
+    slots::validate(&lock, args.slots).map_err(usage)?;
     let reporting = reporting::asked(&args).map_err(usage)?;
     let mut words = args.command.into_iter();
     let Some(program) = words.next() else {
@@ -108,6 +113,8 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
     };
     let spec = store_spec(&args.common).map_err(usage)?;
     spec.check_lock_name(&lock).map_err(usage)?;
+    // A store's own rules on names hold for every slot's record too.
+    spec.check_lock_name(&slots::record_name(&lock, args.slots - 1)).map_err(usage)?;
     let requested = Requested {
         ttl: args.ttl,
         renew_every: args.renew_every,
@@ -148,6 +155,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
             stop: args.signal,
             max_runtime: args.max_runtime,
             heartbeat: None,
+            slots: args.slots,
         },
         requested,
         command,
@@ -174,8 +182,8 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
     };
     // Signals first: one that arrives while the store is being opened ends the wait too.
     let mut signals = relay_signals().context("cannot install signal handlers")?;
-    let store = match opening::open_and_fit(&mut plan, &*clock, &mut signals).await {
-        Ok(store) => store,
+    let opened = match opening::open_and_fit(&mut plan, &*clock, &mut signals).await {
+        Ok(opened) => opened,
         Err(code) => return Ok(code),
     };
     let timing = plan.election.timing;
@@ -183,16 +191,21 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
         .with_max_runtime(plan.election.max_runtime);
     let (reporting, mut child) = plan.reporting.open(&timing, child);
     plan.election.heartbeat = reporting.heartbeat;
-    let store = reporting.timed(store);
+    let store = reporting.timed(opened.store);
+    let slot_stores = opened.slot_stores.into_iter().map(|store| reporting.timed(store)).collect();
     let observers = Arc::new(reporting.observers);
-    let lock = plan.election.lock.clone();
-    let elector = Elector::new(store, clock, plan.election, signals).observed_by(observers.clone());
+    let (lock, slots) = (plan.election.lock.clone(), plan.election.slots);
+    let elector =
+        Elector::new(store, clock, plan.election, signals).slot_stores(slot_stores).observed_by(observers.clone());
     let outcome = elector.run(&mut child).await;
     observers.event(&Event::Stopping);
     Ok(match outcome {
         Outcome::Exited(exit) => exit.status(),
         Outcome::Conflict(record) => {
             match record.and_then(|r| r.holder) {
+                Some(holder) if slots > 1 => {
+                    tracing::info!(%lock, slots, last_holder = %holder, "every slot of the lock is held; not running")
+                }
                 Some(holder) => {
                     tracing::info!(%lock, %holder, "lock is held by another; not running")
                 }
@@ -245,94 +258,6 @@ fn print(text: &str) -> anyhow::Result<()> {
     }
 }
 
-async fn status(common: &CommonArgs, lock: &str, json: bool) -> anyhow::Result<u8> {
-    let store = match open_for_reading(common, Some(lock)).await {
-        Ok(store) => store,
-        Err(code) => return Ok(code),
-    };
-    let record = match store.status(lock).await {
-        Ok(record) => record,
-        Err(err) => return Ok(fail(exit::STORE_UNAVAILABLE, err)),
-    };
-    if json {
-        print(&format!("{}\n", serde_json::to_string(&Shown::from(&record))?))?;
-    } else {
-        print(&show_record(&record))?;
-    }
-    Ok(if record.is_held() { 0 } else { exit::NOT_HELD })
-}
-
-async fn list(common: &CommonArgs, json: bool) -> anyhow::Result<u8> {
-    let store = match open_for_reading(common, None).await {
-        Ok(store) => store,
-        Err(code) => return Ok(code),
-    };
-    let records = match store.list().await {
-        Ok(records) => records,
-        Err(err) => return Ok(fail(exit::STORE_UNAVAILABLE, err)),
-    };
-    let mut text = String::new();
-    if json {
-        let shown: Vec<Shown> = records.iter().map(Shown::from).collect();
-        text = format!("{}\n", serde_json::to_string(&shown)?);
-    } else if !records.is_empty() {
-        text.push_str(&format!("{:<30} {:<5} {:>8} {:>11}  HOLDER\n", "LOCK", "STATE", "TOKEN", "EXPIRES IN"));
-        for r in &records {
-            text.push_str(&format!(
-                "{:<30} {:<5} {:>8} {:>11}  {}\n",
-                r.lock,
-                if r.is_held() { "held" } else { "free" },
-                r.token,
-                r.expires_in.map(short).unwrap_or_else(|| "-".into()),
-                r.holder.as_deref().unwrap_or("-")
-            ));
-        }
-    }
-    print(&text)?;
-    Ok(0)
-}
-
-async fn release(common: &CommonArgs, lock: &str, json: bool) -> anyhow::Result<u8> {
-    let store = match open_for_reading(common, Some(lock)).await {
-        Ok(store) => store,
-        Err(code) => return Ok(code),
-    };
-    let before = match store.revoke(lock).await {
-        Ok(before) => before,
-        Err(err) => return Ok(fail(exit::STORE_UNAVAILABLE, err)),
-    };
-    let text = if json {
-        let out = serde_json::json!({
-            "lock": lock,
-            "release_requested": before.is_some(),
-            "holder": before.as_ref().and_then(|r| r.holder.clone()),
-            "token": before.as_ref().map(|r| r.token),
-        });
-        format!("{out}\n")
-    } else {
-        match &before {
-            Some(LockRecord { holder, token, expires_in, campaigner: Some(campaigner), .. }) => format!(
-                "asked {} (token {token}) to release {lock:?}: it is another program's campaigner (a Choria leader), \
-                 which notices at its next renewal, within {}, and stops; the lock stays taken until its key \
-                 expires, in {}\n",
-                holder.as_deref().unwrap_or("-"),
-                short(campaigner.renews_every),
-                expires_in.map(short).unwrap_or_else(|| "-".into()),
-            ),
-            Some(r) => format!(
-                "asked {} (token {}) to release {lock:?}: it stops its child at its next renewal, then frees the lock \
-                 (at the latest when its lease expires, in {}); a lock only kept for --min-hold is free now\n",
-                r.holder.as_deref().unwrap_or("-"),
-                r.token,
-                r.expires_in.map(short).unwrap_or_else(|| "-".into()),
-            ),
-            None => format!("{lock:?} was not held\n"),
-        }
-    };
-    print(&text)?;
-    Ok(if before.is_some() { 0 } else { exit::NOT_HELD })
-}
-
 async fn init(common: &CommonArgs, print_sql: bool) -> anyhow::Result<u8> {
     let spec = match store_spec(common) {
         Ok(spec) => spec,
@@ -350,78 +275,3 @@ async fn init(common: &CommonArgs, print_sql: bool) -> anyhow::Result<u8> {
     }
 }
 
-/// A record as `--json` shows it.
-#[derive(serde::Serialize)]
-struct Shown<'a> {
-    lock: &'a str,
-    held: bool,
-    holder: Option<&'a str>,
-    fencing_token: u64,
-    held_since: Option<String>,
-    /// For another program's campaigner (a Choria leader): its last renewal, since when it
-    /// holds the lock is not known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    renewed_at: Option<String>,
-    expires_in_seconds: Option<f64>,
-    release_requested: bool,
-    /// Its child has exited; the lease is only kept for --min-hold.
-    kept_for_min_hold: bool,
-}
-
-impl<'a> From<&'a LockRecord> for Shown<'a> {
-    fn from(r: &'a LockRecord) -> Self {
-        Shown {
-            lock: &r.lock,
-            held: r.is_held(),
-            holder: r.holder.as_deref(),
-            fencing_token: r.token,
-            held_since: r.held_since.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
-            renewed_at: r.campaigner.map(|c| humantime::format_rfc3339_seconds(c.renewed_at).to_string()),
-            expires_in_seconds: r.expires_in.map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
-            release_requested: r.revoked,
-            kept_for_min_hold: r.kept,
-        }
-    }
-}
-
-fn short(d: Duration) -> String {
-    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
-}
-
-fn show_record(r: &LockRecord) -> String {
-    let mut text = format!("lock:        {}\n", r.lock);
-    let state = match (r.is_held(), r.revoked, r.kept) {
-        (true, true, _) => "held (asked to release by leaderrun release)",
-        (true, false, true) => "held (kept for --min-hold: its child has exited)",
-        (true, false, false) => "held",
-        _ => "free",
-    };
-    text.push_str(&format!("state:       {state}\n"));
-    if let Some(holder) = &r.holder {
-        text.push_str(&format!("holder:      {holder}\n"));
-    }
-    text.push_str(&format!("token:       {}\n", r.token));
-    if let Some(since) = r.held_since {
-        let ago = SystemTime::now().duration_since(since).unwrap_or_default();
-        text.push_str(&format!(
-            "held since:  {} ({} ago)\n",
-            humantime::format_rfc3339_seconds(since),
-            short(Duration::from_secs(ago.as_secs()))
-        ));
-    }
-    if let Some(campaigner) = &r.campaigner {
-        // Its key keeps only its last write: when it was first taken is not known.
-        let ago = SystemTime::now().duration_since(campaigner.renewed_at).unwrap_or_default();
-        text.push_str(&format!(
-            "renewed at:  {} ({} ago; another program's campaigner, renewing every {}: the token is its last \
-             renewal's revision)\n",
-            humantime::format_rfc3339_seconds(campaigner.renewed_at),
-            short(Duration::from_secs(ago.as_secs())),
-            short(campaigner.renews_every)
-        ));
-    }
-    if let Some(left) = r.expires_in {
-        text.push_str(&format!("expires in:  {}\n", short(left)));
-    }
-    text
-}

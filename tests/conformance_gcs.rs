@@ -77,6 +77,7 @@ conformance_suite!(@tests (flavor = "multi_thread", worker_threads = 4) gcs();
     status_list_and_revoke_agree,
     revoked_holder_sees_it_at_the_next_renewal,
     a_release_wakes_a_waiter,
+    slots_are_locks_of_their_own,
     leases_survive_a_restart,
 );
 // ...and that one against a server that keeps them in memory: on disk, each object is one

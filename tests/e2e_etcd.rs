@@ -21,6 +21,15 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
 }
 
 #[test]
+fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
+    let (etcd, sb) = (Etcd::start(), Sandbox::new());
+    slots::assert_a_semaphore_of_three(&sb, &etcd.url());
+    let sb = Sandbox::new();
+    slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &etcd.url());
+}
+
+
+#[test]
 fn a_holder_rides_out_a_short_outage() {
     let (etcd, sb) = (Etcd::start(), Sandbox::new());
     assert_holder_rides_out_an_outage(&sb, &etcd.url(), || etcd.stop(), || etcd.start_again(), None);

@@ -24,6 +24,15 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
 }
 
 #[test]
+fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
+    let (nats, sb) = (Nats::start(), Sandbox::new());
+    slots::assert_a_semaphore_of_three(&sb, &nats.url());
+    let sb = Sandbox::new();
+    slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &nats.url());
+}
+
+
+#[test]
 fn a_wrong_password_exits_69_without_showing_it() {
     let (nats, sb) = (Nats::start(), Sandbox::new());
     let wrong = nats.url().replace(nats.password(), "Wrong-Password-42");

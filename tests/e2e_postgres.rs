@@ -26,6 +26,15 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
     assert_waiters_take_turns(&sb, &pg.url());
 }
 
+#[test]
+fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
+    let (pg, sb) = (Postgres::start(), Sandbox::new());
+    slots::assert_a_semaphore_of_three(&sb, &pg.url());
+    let sb = Sandbox::new();
+    slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &pg.url());
+}
+
+
 /// Exits 69 with one line on stderr that shows the URL masked and never `secret`.
 fn assert_store_failure(out: &Output, secret: &str, case: &str) {
     let err = stderr_of(out);

@@ -24,6 +24,20 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
 }
 
 #[test]
+fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
+    let (redis, sb) = (Redis::start(), Sandbox::new());
+    slots::assert_a_semaphore_of_three(&sb, &redis.url());
+    let sb = Sandbox::new();
+    slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &redis.url());
+}
+
+#[test]
+fn slots_runs_with_different_counts_never_exceed_the_largest() {
+    let (redis, sb) = (Redis::start(), Sandbox::new());
+    slots::assert_mixed_counts_never_exceed_the_largest(&sb, &redis.url());
+}
+
+#[test]
 fn a_wrong_password_exits_69_without_showing_it() {
     let (redis, sb) = (Redis::start(), Sandbox::new());
     let wrong = redis.url().replace(redis.password(), "Wrong-Password-42");

@@ -26,6 +26,15 @@ fn wait_handover_runs_every_waiter_once_in_turn() {
 }
 
 #[test]
+fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
+    let (zk, sb) = (ZooKeeper::start(), Sandbox::new());
+    slots::assert_a_semaphore_of_three(&sb, &zk.url());
+    let sb = Sandbox::new();
+    slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &zk.url());
+}
+
+
+#[test]
 fn a_wrong_password_exits_69_without_showing_it() {
     let (zk, sb) = (ZooKeeper::start(), Sandbox::new());
     // The first run creates the root, readable and writable by its user only.

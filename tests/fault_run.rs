@@ -13,11 +13,16 @@ use std::sync::Mutex;
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn short_run(store: &str, faults: usize) {
+    short_run_with(store, faults, &[]);
+}
+
+fn short_run_with(store: &str, faults: usize, extra: &[&str]) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // An example (a test instrument), which `cargo test` builds beside the binary.
     let faultrun = Path::new(env!("CARGO_BIN_EXE_leaderrun")).with_file_name("examples").join("leaderrun-faultrun");
     let out = Command::new(&faultrun)
         .args(["--store", store, "--faults", &faults.to_string(), "--gap-min", "500ms", "--gap-max", "1500ms"])
+        .args(extra)
         .output()
         .expect("run leaderrun-faultrun");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -30,12 +35,29 @@ fn short_run(store: &str, faults: usize) {
     assert!(stdout.contains("overlaps caught by flock: 0\n"), "{stdout}");
     assert!(stdout.contains("overlapping intervals: 0 "), "{stdout}");
     assert!(stdout.contains("fencing tokens out of order: 0\n"), "{stdout}");
+    if let Some(at) = extra.iter().position(|a| *a == "--slots") {
+        let slots = extra[at + 1];
+        assert!(stdout.contains(&format!("slots: {slots}; most children at once: ")), "{stdout}");
+        assert!(stdout.contains("children outside the slots: 0\n"), "{stdout}");
+    }
     assert!(out.status.success(), "leaderrun-faultrun failed:\n{stdout}\n{stderr}");
 }
 
 #[test]
 fn short_fault_run_on_sqlite_finds_no_overlap() {
     short_run("sqlite", 20);
+}
+
+/// --slots 3: no two children in one slot, never more than three at once, tokens in order
+/// within each slot.
+#[test]
+fn short_fault_run_with_three_slots_on_sqlite_finds_no_overlap() {
+    short_run_with("sqlite", 12, &["--slots", "3"]);
+}
+
+#[test]
+fn short_fault_run_with_three_slots_on_redis_finds_no_overlap() {
+    short_run_with("redis", 12, &["--slots", "3"]);
 }
 
 #[test]

@@ -40,6 +40,8 @@ pub struct Supervisor {
     remove_on_stop: Vec<PathBuf>,
     /// --max-runtime, which the watchdog keeps too.
     max_runtime: Option<Duration>,
+    /// The slot of the lock the lease holds (LEADERRUN_SLOT).
+    slot: usize,
     running: Option<Running>,
 }
 
@@ -96,6 +98,7 @@ impl Supervisor {
             environment: Vec::new(),
             remove_on_stop: Vec::new(),
             max_runtime: None,
+            slot: 0,
             running: None,
         }
     }
@@ -124,6 +127,7 @@ impl Supervisor {
             ("LEADERRUN_LOCK", lease.lock.clone()),
             ("LEADERRUN_IDENTITY", lease.identity.clone()),
             ("LEADERRUN_FENCING_TOKEN", lease.token.to_string()),
+            ("LEADERRUN_SLOT", self.slot.to_string()),
         ];
         all.extend(self.environment.iter().cloned());
         all
@@ -250,7 +254,8 @@ fn remove_cgroup(cgroup: Option<&Cgroup>) {
 
 #[async_trait]
 impl Payload for Supervisor {
-    async fn start(&mut self, lease: &Lease, deadline: Duration) -> Result<(), StartError> {
+    async fn start(&mut self, lease: &Lease, slot: usize, deadline: Duration) -> Result<(), StartError> {
+        self.slot = slot;
         let cgroup = child_cgroup();
         let cgroup_dir = cgroup.as_ref().map(|(c, _)| c.dir());
         // The watchdog first, so that no instant passes with a child and no guard.

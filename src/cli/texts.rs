@@ -14,14 +14,15 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("124", "The child ran for --max-runtime and was stopped (--signal, then SIGKILL after --kill-after), as timeout(1) reports it."),
     ("126", "COMMAND was found but could not be executed."),
     ("127", "COMMAND was not found."),
-    ("1", "From leaderrun status and leaderrun check: the lock is free, or not held by that token (0: held). From leaderrun release: the lock was not held (0: released)."),
+    ("1", "From leaderrun status and leaderrun check: the lock is free (every slot of it, for status), or not held by that token (0: held). From leaderrun release: the lock was not held (0: released)."),
 ];
 
 /// Variables leaderrun sets for the child: (name, meaning).
 pub const CHILD_ENVIRONMENT: &[(&str, &str)] = &[
     ("LEADERRUN_LOCK", "The lock name."),
     ("LEADERRUN_IDENTITY", "This run's identity."),
-    ("LEADERRUN_FENCING_TOKEN", "An integer that strictly increases with every acquisition of this lock name. Pass it to whatever the child writes so that stale writers can be refused."),
+    ("LEADERRUN_FENCING_TOKEN", "An integer that strictly increases with every acquisition of this lock name (of this slot, with --slots). Pass it to whatever the child writes so that stale writers can be refused."),
+    ("LEADERRUN_SLOT", "The slot the child runs in, 0 to --slots minus 1 (0 for a plain lock). Fencing tokens are per slot: a resource that checks them keys them by lock and slot."),
     ("LEADERRUN_LEASE_FILE", "A small file holding the parent's stop time on CLOCK_BOOTTIME and the token, which `leaderrun check` in the child reads instead of the store."),
 ];
 
@@ -49,6 +50,10 @@ lease is someone else's, --signal goes at once.",
 has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl, as the \
 record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
 most that long (or --timeout): a change means its holder is alive, and the run gives up.",
+    "With --slots N, each slot is a lease of its own under this contract: at most one child per slot, so at \
+most N at once, and fencing tokens strictly increasing within each slot. Runs that give one lock different \
+--slots share the slots by number and each takes only slots below its own N: never more children than the \
+largest N in use.",
     "An acquire whose answer never came (a timeout, a signal) may still have been granted: leaderrun \
 gives such a lease back, found by its own identity (with a chosen --identity, which another run may \
 share, it is left to expire). A process in uninterruptible sleep (D state, e.g. on a hung NFS mount) \
@@ -216,6 +221,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("leaderrun --lock nightly-report -- ./report.sh", "In cron on every host: one host runs each firing, the others exit 0 without a word."),
     ("leaderrun --lock deploy --wait --timeout 10m -- ./deploy", "CI pipelines take turns; the one whose turn never came exits with -E's status."),
     ("leaderrun --lock billing --wait -- ./worker", "N replicas stand by; one runs; another takes over within about --ttl if it dies, within milliseconds if it exits."),
+    ("leaderrun --lock crawl --slots 3 --wait -- ./crawler", "A semaphore: at most three crawlers run across the fleet, each told its slot in LEADERRUN_SLOT; a standby takes the first slot that frees."),
     ("leaderrun status --lock billing", "Who holds it, with which fencing token, since when, for how much longer."),
     ("leaderrun release --lock billing", "Make the holder stand down: its child is stopped at its next renewal."),
 ];

@@ -73,6 +73,7 @@ impl Setup {
             stop: Signal::SIGTERM,
             max_runtime: None,
             heartbeat: None,
+            slots: 1,
         };
         let receiver = self.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);
         Elector::new(self.store.clone(), self.clock.clone(), election, receiver)
@@ -88,6 +89,7 @@ mod cool_down;
 mod max_runtime;
 mod observed;
 mod one_shot;
+mod slots;
 
 /// A one-shot run without --timeout that does not retry a failing store.
 fn once() -> Mode {

@@ -151,7 +151,7 @@ mod tests {
 
         let lease = Lease { lock: "l".into(), identity: "me".into(), token: 7 };
         health.on(&Event::Attempted(Attempt::Won), at(2));
-        health.on(&Event::Elected { lease: &lease, stop_at: at(20) }, at(2));
+        health.on(&Event::Elected { lease: &lease, slot: 0, stop_at: at(20) }, at(2));
         assert!(health.ready().is_err(), "not ready before the child runs");
         health.on(&Event::ChildStarted, at(2));
         assert_eq!(health.ready(), Ok(()));

@@ -60,10 +60,11 @@ impl LeaderFile {
 impl Observer for LeaderFile {
     fn event(&self, event: &Event<'_>) {
         match event {
-            Event::Elected { lease, .. } => {
+            Event::Elected { lease, slot, .. } => {
                 let since = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
                 let text = serde_json::json!({
                     "lock": lease.lock,
+                    "slot": slot,
                     "identity": lease.identity,
                     "token": lease.token,
                     "since": since,
@@ -86,7 +87,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = LeaderFile::new(dir.path().join("leader.json")).unwrap();
         let lease = Lease { lock: "report".into(), identity: "h:1:a".into(), token: 4 };
-        file.event(&Event::Elected { lease: &lease, stop_at: std::time::Duration::from_secs(9) });
+        file.event(&Event::Elected { lease: &lease, slot: 0, stop_at: std::time::Duration::from_secs(9) });
         let value: serde_json::Value = serde_json::from_str(&fs::read_to_string(file.path()).unwrap()).unwrap();
         assert_eq!((value["lock"].as_str(), value["token"].as_u64()), (Some("report"), Some(4)));
         assert_eq!(value["identity"], "h:1:a");

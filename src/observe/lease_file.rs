@@ -102,7 +102,7 @@ impl LeaseFile {
 impl Observer for LeaseFile {
     fn event(&self, event: &Event<'_>) {
         match *event {
-            Event::Elected { lease, stop_at } => {
+            Event::Elected { lease, stop_at, .. } => {
                 *self.token.lock().unwrap_or_else(|p| p.into_inner()) = lease.token;
                 match fs::create_dir(&self.dir) {
                     Ok(()) => self.publish(stop_at),
@@ -136,7 +136,7 @@ mod tests {
         let file = LeaseFile::planned();
         assert!(!file.dir().exists(), "nothing made before the lease is won");
         let lease = Lease { lock: "l".into(), identity: "me".into(), token: 7 };
-        file.event(&Event::Elected { lease: &lease, stop_at: Duration::from_secs(100) });
+        file.event(&Event::Elected { lease: &lease, slot: 0, stop_at: Duration::from_secs(100) });
         let seen = Published::read(file.path()).unwrap();
         assert_eq!(seen, Published { stop_at: Duration::from_secs(100), token: 7 });
         assert!(seen.holds_at(Duration::from_secs(99), None));

@@ -210,7 +210,7 @@ impl Observer for Metrics {
             Event::Attempted(attempt) => {
                 self.attempts.get_or_create(&[("result", attempt.label())]).inc();
             }
-            Event::Elected { lease, stop_at } => {
+            Event::Elected { lease, stop_at, .. } => {
                 if !self.leading.swap(true, Ordering::Relaxed) {
                     self.transitions.inc();
                 }
@@ -257,7 +257,7 @@ mod tests {
         let metrics = Metrics::new("nightly");
         let lease = Lease { lock: "nightly".into(), identity: "me".into(), token: 42 };
         metrics.event(&Event::Attempted(Attempt::Won));
-        metrics.event(&Event::Elected { lease: &lease, stop_at: Duration::from_secs(100) });
+        metrics.event(&Event::Elected { lease: &lease, slot: 0, stop_at: Duration::from_secs(100) });
         metrics.event(&Event::ChildStarted);
         metrics.event(&Event::StoreCall { operation: "renew", took: Duration::from_millis(3), ok: true });
         metrics.event(&Event::Renewal(Renewal::Renewed { stop_at: Duration::from_secs(110) }));

@@ -36,7 +36,7 @@ pub enum Event<'a> {
     Attempted(Attempt<'a>),
     /// This run leads: its child is about to start under `lease`, which is trusted until
     /// `stop_at`, when the child gets its stop signal unless a renewal moves it.
-    Elected { lease: &'a Lease, stop_at: Duration },
+    Elected { lease: &'a Lease, slot: usize, stop_at: Duration },
     /// The child started.
     ChildStarted,
     /// A renewal was answered (or not).

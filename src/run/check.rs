@@ -14,6 +14,8 @@ use crate::exit;
 use crate::observe::lease_file::{self, Published};
 
 use super::{fail, open_for_reading};
+use crate::slots::SlotStore;
+use crate::store::Store;
 
 /// Where the answer comes from.
 #[derive(Debug, PartialEq, Eq)]
@@ -29,18 +31,24 @@ enum Source {
 fn resolve(
     lock: Option<String>,
     token: Option<u64>,
+    slot: Option<usize>,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<(String, Option<u64>, Source), String> {
+) -> Result<(Asked, Option<u64>, Source), String> {
     let own_lock = env("LEADERRUN_LOCK");
     let lock = match lock.or_else(|| own_lock.clone()) {
         Some(lock) => lock,
         None => return Err("give --lock NAME (it defaults to LEADERRUN_LOCK only inside a leaderrun child)".into()),
     };
     if own_lock.as_deref() != Some(lock.as_str()) {
-        return Ok((lock, token, Source::Store));
+        return Ok((Asked { lock, slot: slot.unwrap_or(0) }, token, Source::Store));
     }
-    let Some(file) = env(lease_file::VARIABLE) else {
-        return Ok((lock, token, Source::Store));
+    let own_slot = match env("LEADERRUN_SLOT") {
+        Some(text) => text.trim().parse().map_err(|_| format!("LEADERRUN_SLOT={text:?} is not a number"))?,
+        None => 0,
+    };
+    let asked = Asked { lock, slot: slot.unwrap_or(own_slot) };
+    let Some(file) = env(lease_file::VARIABLE).filter(|_| asked.slot == own_slot) else {
+        return Ok((asked, token, Source::Store));
     };
     let token = match token {
         Some(token) => Some(token),
@@ -51,11 +59,23 @@ fn resolve(
             None => None,
         },
     };
-    Ok((lock, token, Source::Parent(PathBuf::from(file))))
+    Ok((asked, token, Source::Parent(PathBuf::from(file))))
 }
 
-pub async fn check(common: &CommonArgs, lock: Option<String>, token: Option<u64>) -> anyhow::Result<u8> {
-    let (lock, token, source) = match resolve(lock, token, |name| std::env::var(name).ok()) {
+/// The lock asked about, and which of its slots (0 for a plain lock).
+#[derive(Debug, PartialEq, Eq)]
+struct Asked {
+    lock: String,
+    slot: usize,
+}
+
+pub async fn check(
+    common: &CommonArgs,
+    lock: Option<String>,
+    token: Option<u64>,
+    slot: Option<usize>,
+) -> anyhow::Result<u8> {
+    let (Asked { lock, slot }, token, source) = match resolve(lock, token, slot, |name| std::env::var(name).ok()) {
         Ok(resolved) => resolved,
         Err(err) => return Ok(fail(exit::USAGE, err)),
     };
@@ -64,7 +84,7 @@ pub async fn check(common: &CommonArgs, lock: Option<String>, token: Option<u64>
         Source::Parent(file) => Published::read(&file).is_some_and(|p| p.holds_at(boottime(), token)),
         Source::Store => {
             let store = match open_for_reading(common, Some(&lock)).await {
-                Ok(store) => store,
+                Ok(store) => SlotStore::new(store.into(), slot),
                 Err(code) => return Ok(code),
             };
             match store.status(&lock).await {
@@ -84,22 +104,45 @@ mod tests {
         move |name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
     }
 
+    fn asked(lock: &str, slot: usize) -> Asked {
+        Asked { lock: lock.into(), slot }
+    }
+
     #[test]
     fn inside_a_child_its_own_lock_is_answered_from_the_parent() {
         let child =
             [("LEADERRUN_LOCK", "report"), ("LEADERRUN_FENCING_TOKEN", "12"), ("LEADERRUN_LEASE_FILE", "/run/x/lease")];
-        let parent = Source::Parent(PathBuf::from("/run/x/lease"));
-        assert_eq!(resolve(None, None, env(&child)).unwrap(), ("report".into(), Some(12), parent));
-        let (_, token, _) = resolve(Some("report".into()), Some(11), env(&child)).unwrap();
+        let parent = || Source::Parent(PathBuf::from("/run/x/lease"));
+        assert_eq!(resolve(None, None, None, env(&child)).unwrap(), (asked("report", 0), Some(12), parent()));
+        let (_, token, _) = resolve(Some("report".into()), Some(11), None, env(&child)).unwrap();
         assert_eq!(token, Some(11), "a token given wins over the child's own");
-        assert_eq!(resolve(Some("other".into()), None, env(&child)).unwrap(), ("other".into(), None, Source::Store));
+        assert_eq!(
+            resolve(Some("other".into()), None, None, env(&child)).unwrap(),
+            (asked("other", 0), None, Source::Store)
+        );
+    }
+
+    #[test]
+    fn a_childs_own_slot_is_answered_from_the_parent_and_another_slot_from_the_store() {
+        let child = [
+            ("LEADERRUN_LOCK", "report"),
+            ("LEADERRUN_SLOT", "2"),
+            ("LEADERRUN_FENCING_TOKEN", "12"),
+            ("LEADERRUN_LEASE_FILE", "/run/x/lease"),
+        ];
+        let parent = Source::Parent(PathBuf::from("/run/x/lease"));
+        assert_eq!(resolve(None, None, None, env(&child)).unwrap(), (asked("report", 2), Some(12), parent));
+        let (which, _, source) = resolve(None, None, Some(0), env(&child)).unwrap();
+        assert_eq!((which, source), (asked("report", 0), Source::Store));
+        let (which, _, source) = resolve(Some("other".into()), None, Some(1), env(&child)).unwrap();
+        assert_eq!((which, source), (asked("other", 1), Source::Store));
     }
 
     #[test]
     fn outside_a_child_the_store_is_read_and_a_lock_is_needed() {
-        assert_eq!(resolve(Some("l".into()), Some(3), env(&[])).unwrap(), ("l".into(), Some(3), Source::Store));
-        assert!(resolve(None, None, env(&[])).unwrap_err().contains("--lock"));
+        assert_eq!(resolve(Some("l".into()), Some(3), None, env(&[])).unwrap(), (asked("l", 0), Some(3), Source::Store));
+        assert!(resolve(None, None, None, env(&[])).unwrap_err().contains("--lock"));
         let bad = [("LEADERRUN_LOCK", "l"), ("LEADERRUN_FENCING_TOKEN", "x"), ("LEADERRUN_LEASE_FILE", "/f")];
-        assert!(resolve(None, None, env(&bad)).unwrap_err().contains("LEADERRUN_FENCING_TOKEN"));
+        assert!(resolve(None, None, None, env(&bad)).unwrap_err().contains("LEADERRUN_FENCING_TOKEN"));
     }
 }

@@ -108,13 +108,20 @@ impl Retrying<'_> {
     }
 }
 
+/// The stores a run campaigns through.
+pub(super) struct Opened {
+    pub store: Arc<dyn Store>,
+    /// With --wait and --slots N: N - 1 more, one for each further slot (`Elector::slot_stores`).
+    pub slot_stores: Vec<Arc<dyn Store>>,
+}
+
 /// Open the store, and fit the run's timings to it. A signal that arrives meanwhile ends
 /// the run.
 pub(super) async fn open_and_fit(
     plan: &mut Plan,
     clock: &dyn Clock,
     signals: &mut mpsc::UnboundedReceiver<Signal>,
-) -> Result<Arc<dyn Store>, u8> {
+) -> Result<Opened, u8> {
     let quietly = matches!(plan.election.mode, Mode::OneShot { .. });
     let (give_up, cut_at) = bounds(plan.election.mode);
     let mut retrying = Retrying { give_up, cut_at, clock, signals, quietly };
@@ -122,7 +129,16 @@ pub(super) async fn open_and_fit(
     let store: Arc<dyn Store> =
         Arc::from(retrying.call("reach the store", None, || url::open(spec, Access::Create)).await?);
     fit_to_store(plan, &*store, &mut retrying).await?;
-    Ok(store)
+    // A store waits for one lock at a time: a run waiting for every slot at once opens one
+    // for each, so that each slot's standbys queue as a plain lock's do.
+    let mut slot_stores = Vec::new();
+    if matches!(plan.election.mode, Mode::Wait { .. }) {
+        for _ in 1..plan.election.slots {
+            let spec = &plan.spec;
+            slot_stores.push(Arc::from(retrying.call("reach the store", None, || url::open(spec, Access::Create)).await?));
+        }
+    }
+    Ok(Opened { store, slot_stores })
 }
 
 /// Without --ttl, a store that keeps leases for less than the default (a ZooKeeper server's

@@ -157,7 +157,8 @@ fn emit(text: &str) -> anyhow::Result<bool> {
     }
 }
 
-pub async fn watch(common: &CommonArgs, lock: &str, json: bool) -> anyhow::Result<u8> {
+/// `slot`: the slot of a lock run with --slots to follow (0: the lock itself).
+pub async fn watch(common: &CommonArgs, lock: &str, slot: usize, json: bool) -> anyhow::Result<u8> {
     if let Err(err) = validate_lock_name(lock) {
         return Ok(fail(exit::USAGE, err));
     }
@@ -174,7 +175,7 @@ pub async fn watch(common: &CommonArgs, lock: &str, json: bool) -> anyhow::Resul
         let mut down = false;
         let store = loop {
             match url::open(&spec, Access::Existing).await {
-                Ok(store) => break store,
+                Ok(store) => break crate::slots::SlotStore::new(store.into(), slot),
                 Err(err) if err.is_transient() => {
                     if !std::mem::replace(&mut down, true) {
                         tracing::warn!("cannot reach the store, retrying: {err}");
@@ -184,7 +185,7 @@ pub async fn watch(common: &CommonArgs, lock: &str, json: bool) -> anyhow::Resul
                 Err(err) => return Ok(fail(exit::STORE_UNAVAILABLE, err)),
             }
         };
-        follow(&*store, lock, json, common.verbose > 0, down).await
+        follow(&store, lock, json, common.verbose > 0, down).await
     };
     tokio::select! {
         code = follow => code,

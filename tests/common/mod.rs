@@ -13,6 +13,8 @@
 
 #![allow(dead_code)]
 
+pub mod slots;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};

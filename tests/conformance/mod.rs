@@ -8,6 +8,9 @@
 #![allow(dead_code)]
 
 pub mod announced;
+pub mod slots;
+
+pub use slots::slots_are_locks_of_their_own;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -315,6 +318,7 @@ pub async fn the_core(h: &dyn Harness) {
     revoked_holder_sees_it_at_the_next_renewal(h).await;
     awkward_lock_names(h).await;
     a_release_wakes_a_waiter(h).await;
+    slots_are_locks_of_their_own(h).await;
 }
 
 /// The core and the two checks that wait out a lease (expiry, a --min-hold keep).
@@ -564,6 +568,7 @@ macro_rules! conformance_suite {
             revoked_holder_sees_it_at_the_next_renewal,
             awkward_lock_names,
             a_release_wakes_a_waiter,
+            slots_are_locks_of_their_own,
             leases_survive_a_restart,
         );
     };

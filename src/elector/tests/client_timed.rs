@@ -18,6 +18,7 @@ fn client_timed_elector(s: &mut Setup, records: &Arc<MemoryRecords>, mode: Mode)
         stop: Signal::SIGTERM,
         max_runtime: None,
         heartbeat: None,
+        slots: 1,
     };
     let receiver = s.receiver.take().unwrap_or_else(|| mpsc::unbounded_channel().1);
     Elector::new(store, s.clock.clone(), election, receiver)

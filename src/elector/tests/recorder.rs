@@ -28,13 +28,24 @@ pub(super) struct Recorder {
     pub(super) runs_for: Option<Duration>,
     pub(super) obeys_stop: bool,
     pub(super) started: Option<Duration>,
+    /// The slot of the lock it was started in.
+    pub(super) slot: Option<usize>,
     pub(super) ended: Option<ChildExit>,
     pub(super) wake: Arc<Notify>,
 }
 
 impl Recorder {
     pub(super) fn new(clock: Arc<dyn Clock>, runs_for: Option<Duration>, obeys_stop: bool) -> Self {
-        Self { clock, events: Arc::default(), runs_for, obeys_stop, started: None, ended: None, wake: Arc::default() }
+        Self {
+            clock,
+            events: Arc::default(),
+            runs_for,
+            obeys_stop,
+            started: None,
+            slot: None,
+            ended: None,
+            wake: Arc::default(),
+        }
     }
 
     pub(super) fn events(&self) -> Vec<Event> {
@@ -73,9 +84,10 @@ impl Recorder {
 
 #[async_trait]
 impl Payload for Recorder {
-    async fn start(&mut self, lease: &Lease, deadline: Duration) -> Result<(), StartError> {
+    async fn start(&mut self, lease: &Lease, slot: usize, deadline: Duration) -> Result<(), StartError> {
         let at = self.clock.now();
         self.started = Some(at);
+        self.slot = Some(slot);
         self.push(Event::Start { at, token: lease.token, deadline });
         Ok(())
     }

@@ -22,7 +22,7 @@ const MAX_KEY_BYTES: usize = 1024;
 
 /// The object key of `lock` under `prefix`, or why it cannot have one (too long).
 pub fn key_of(prefix: &str, lock: &str) -> Result<String, String> {
-    let key = object_names::encode(prefix, lock, |_| false);
+    let key = object_names::encode(prefix, lock, |c| c.is_ascii_control());
     if key.len() > MAX_KEY_BYTES {
         return Err(format!(
             "the object key for lock {lock:?} would be {} bytes long; S3 takes at most {MAX_KEY_BYTES} \
