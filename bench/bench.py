@@ -925,6 +925,7 @@ class ProbeLog:
         self.start: dict[str, int] = {}
         self.stop: dict[str, int] = {}
         self.overlaps: list[str] = []
+        self.slot: dict[str, int] = {}
 
     def poll(self) -> None:
         try:
@@ -939,7 +940,10 @@ class ProbeLog:
         for raw in lines:
             words = raw.decode(errors="replace").split()
             if len(words) >= 3 and words[0] == "START":
-                self.start[words[1]] = int(words[-1])
+                # START id token t [slot] (the slot under --slots, `{slot}` in --lockfile).
+                self.start[words[1]] = int(words[3] if len(words) > 4 else words[-1])
+                if len(words) > 4:
+                    self.slot[words[1]] = int(words[4])
             elif len(words) >= 3 and words[0] == "STOP":
                 self.stop[words[1]] = int(words[-1])
             elif words and words[0] == "OVERLAP":

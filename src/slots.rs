@@ -151,6 +151,10 @@ impl Store for SlotStore {
         self.inner.changed(&self.name(lock), max_wait).await
     }
 
+    async fn stop_waiting(&self, lock: &str) {
+        self.inner.stop_waiting(&self.name(lock)).await
+    }
+
     fn sees_expiry(&self) -> bool {
         self.inner.sees_expiry()
     }

@@ -78,6 +78,7 @@ conformance_suite!(@tests (flavor = "multi_thread", worker_threads = 4) gcs();
     revoked_holder_sees_it_at_the_next_renewal,
     a_release_wakes_a_waiter,
     slots_are_locks_of_their_own,
+    a_standby_that_stops_waiting_holds_no_one_up,
     leases_survive_a_restart,
 );
 // ...and that one against a server that keeps them in memory: on disk, each object is one

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::timeout;
 
-use super::{Elector, Mode, Outcome, Won};
+use super::{Election, Elector, Mode, Outcome, Won};
 use crate::slots::SlotStore;
 use crate::store::Store;
 
@@ -76,37 +76,42 @@ impl Elector {
         let Some((slot, result)) = first else {
             return Err(Outcome::Conflict(None));
         };
-        let left: Vec<usize> =
-            (0..slots.len()).filter(|&other| other != slot && granted[other].load(Ordering::SeqCst)).collect();
-        if !left.is_empty() {
-            self.give_back_slots(slots, &left, result.is_ok()).await;
-        }
+        let others: Vec<(usize, bool)> = (0..slots.len())
+            .filter(|&other| other != slot)
+            .map(|other| (other, granted[other].load(Ordering::SeqCst)))
+            .collect();
+        self.leave_slots(slots, &others, result.is_ok()).await;
         result.map(|(lease, sent)| Won { lease, sent, slot })
     }
 
-    /// Free the slots in `left` if an acquire still on its way when their campaigns were dropped
-    /// gave them to this run. While a child is about to start this goes on beside it; on the way
-    /// out (a signal, --timeout) the run waits for it, briefly.
-    async fn give_back_slots(&self, slots: &[Arc<dyn Store>], left: &[usize], starting: bool) {
-        if !self.election.unique_identity {
-            tracing::debug!("an acquire for another slot was under way; with a chosen --identity it is left to expire");
-            return;
-        }
+    /// Leave the slots in `others`, whose campaigns were dropped: give up the place each kept
+    /// among its standbys (`Store::stop_waiting`), or the standbys behind it would wait it out;
+    /// and free the slot if an acquire still on its way gave it to this run (`true`). While a
+    /// child is about to start this goes on beside it; on the way out (a signal, --timeout) the
+    /// run waits for it, briefly.
+    async fn leave_slots(&self, slots: &[Arc<dyn Store>], others: &[(usize, bool)], starting: bool) {
         let bound = self.timing().request_timeout().min(Duration::from_secs(1));
-        let (lock, identity) = (self.election.lock.clone(), self.election.identity.clone());
-        let giving_back: Vec<_> = left
+        let Election { lock, identity, unique_identity, .. } = &self.election;
+        if !unique_identity && others.iter().any(|(_, granted)| *granted) {
+            tracing::debug!("an acquire for another slot was under way; with a chosen --identity it is left to expire");
+        }
+        let leaving: Vec<_> = others
             .iter()
-            .map(|&slot| {
+            .map(|&(slot, granted)| {
                 let (store, lock, identity) = (slots[slot].clone(), lock.clone(), identity.clone());
+                let give_back = granted && *unique_identity;
                 async move {
-                    match timeout(bound, store.abandon(&lock, &identity)).await {
-                        Ok(Ok(())) => tracing::debug!(slot, "gave back any lease the slot's acquire got"),
-                        _ => tracing::debug!(slot, "could not check the slot for a lease its acquire got"),
+                    if give_back {
+                        match timeout(bound, store.abandon(&lock, &identity)).await {
+                            Ok(Ok(())) => tracing::debug!(slot, "gave back any lease the slot's acquire got"),
+                            _ => tracing::debug!(slot, "could not check the slot for a lease its acquire got"),
+                        }
                     }
+                    let _ = timeout(bound, store.stop_waiting(&lock)).await;
                 }
             })
             .collect();
-        let all = futures_util::future::join_all(giving_back);
+        let all = futures_util::future::join_all(leaving);
         if starting {
             tokio::spawn(all);
         } else {

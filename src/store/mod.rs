@@ -262,6 +262,12 @@ pub trait Store: Send + Sync {
     /// re-reads, so a spurious return is harmless.
     async fn changed(&self, lock: &str, max_wait: Duration);
 
+    /// Give up this store's place among `lock`'s standbys, if `changed` keeps one across calls
+    /// (an etcd queue entry, a ZooKeeper queue node): a run that stops waiting for the lock
+    /// (it won another slot of it) must not leave a place that the standbys behind it wait out.
+    /// Places kept for another lock are left alone; so is a place whose store holds the lock.
+    async fn stop_waiting(&self, _lock: &str) {}
+
     /// Whether `changed` also returns when a lease expires, not only when it is released:
     /// a watch on a record the server itself deletes at expiry (an etcd lease, a ZooKeeper
     /// session), a poll that reads the record, a client-timed store's own observation. A

@@ -10,7 +10,7 @@
 pub mod announced;
 pub mod slots;
 
-pub use slots::slots_are_locks_of_their_own;
+pub use slots::{a_standby_that_stops_waiting_holds_no_one_up, slots_are_locks_of_their_own};
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -319,6 +319,7 @@ pub async fn the_core(h: &dyn Harness) {
     awkward_lock_names(h).await;
     a_release_wakes_a_waiter(h).await;
     slots_are_locks_of_their_own(h).await;
+    a_standby_that_stops_waiting_holds_no_one_up(h).await;
 }
 
 /// The core and the two checks that wait out a lease (expiry, a --min-hold keep).
@@ -569,6 +570,7 @@ macro_rules! conformance_suite {
             awkward_lock_names,
             a_release_wakes_a_waiter,
             slots_are_locks_of_their_own,
+            a_standby_that_stops_waiting_holds_no_one_up,
             leases_survive_a_restart,
         );
     };

@@ -73,3 +73,23 @@ pub async fn slots_are_locks_of_their_own(h: &dyn Harness) {
         Acquire::Held(_) | Acquire::Unproven { .. }
     ));
 }
+
+/// A standby that stops waiting for a lock (its run won another slot) gives up its place among
+/// the lock's standbys: the one behind it is woken by the next release, not held up by a place
+/// that nobody will take, for as long as the store that kept it lives.
+pub async fn a_standby_that_stops_waiting_holds_no_one_up(h: &dyn Harness) {
+    let lock = unique("leave");
+    let (a, b, c) = (h.open().await, h.open().await, h.open().await);
+    let lease = won(&*a, &lock, "a", TTL).await;
+    held(&*b, &lock, "b").await;
+    // b takes its place in line (a wait that ends at its bound keeps it), then c behind it.
+    b.changed(&lock, Duration::from_millis(300)).await;
+    held(&*c, &lock, "c").await;
+    let waiter = waiting(&c, &lock);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.stop_waiting(&lock).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    tokio::time::timeout(SOON, waiter).await.expect("the standby behind one that left was never woken").unwrap();
+    won(&*c, &lock, "c", TTL).await;
+    drop(b);
+}

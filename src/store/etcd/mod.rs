@@ -104,6 +104,7 @@ mod endpoints;
 mod observe;
 mod queue;
 mod target;
+mod value;
 mod wait;
 mod wire;
 
@@ -111,10 +112,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use tokio::time::timeout;
 
 pub use target::{Target, DEFAULT_PREFIX};
@@ -122,34 +122,12 @@ pub use target::{Target, DEFAULT_PREFIX};
 use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use client::{store_error, Connection, REQUEST_TIMEOUT};
+use value::{lease_secs, now_ms, Value};
 use wait::{Place, Waiting};
 use wire::{path, KeyValue, RangeRequest, TxnRequest, TxnResponse};
 
 /// Guarded writes retried this often when the key changes under them before giving up.
 const MAX_RACES: usize = 20;
-
-/// The lock key's value.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Value {
-    holder: String,
-    lease_id: i64,
-    /// The acquiring host's wall clock (ms since the epoch): display and --min-hold.
-    acquired_ms: u64,
-    revoked: bool,
-    /// Released with --min-hold: the child has exited and the holder is gone; the lock stays
-    /// taken only until the keep's lease lapses. Absent in records of older versions.
-    #[serde(default)]
-    kept: bool,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Whole seconds, rounded up, at least 1: etcd leases have 1 s granularity.
-fn lease_secs(d: Duration) -> i64 {
-    (d.as_nanos().div_ceil(1_000_000_000) as i64).max(1)
-}
 
 fn held_key(lease: &Lease) -> (String, u64, String) {
     (lease.lock.clone(), lease.token, lease.identity.clone())
@@ -585,6 +563,10 @@ impl Store for EtcdStore {
         super::watch_at_most(self.wait_turn(lock), max_wait).await
     }
 
+    async fn stop_waiting(&self, lock: &str) {
+        self.leave_queue(lock).await
+    }
+
     fn observing(&self) -> super::Observing {
         // Every change to the record is a write to the lock key, expiry included (etcd deletes
         // the key with its lease); a renewal changes nothing there.
@@ -593,24 +575,5 @@ impl Store for EtcdStore {
 
     async fn observe_change(&self, lock: &str, max_wait: Duration) {
         super::watch_at_most(self.observe(lock), max_wait).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lease_seconds_round_up() {
-        assert_eq!(lease_secs(Duration::from_millis(300)), 1);
-        assert_eq!(lease_secs(Duration::from_secs(30)), 30);
-        assert_eq!(lease_secs(Duration::from_millis(30_001)), 31);
-    }
-
-    #[test]
-    fn records_of_older_versions_read_as_not_kept() {
-        let old = br#"{"holder":"h","lease_id":7,"acquired_ms":1,"revoked":false}"#;
-        let value: Value = serde_json::from_slice(old).unwrap();
-        assert!(!value.kept && value.lease_id == 7);
     }
 }

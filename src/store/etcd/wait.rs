@@ -176,6 +176,15 @@ impl EtcdStore {
         }
     }
 
+    /// Give up the place in `lock`'s queue, if this store waits for that lock (`Store::stop_waiting`).
+    pub(super) async fn leave_queue(&self, lock: &str) {
+        let mut slot = self.waiting.lock().await;
+        if slot.as_ref().is_some_and(|w| w.lock == lock) {
+            let place = slot.take().and_then(Waiting::into_place);
+            self.leave(place).await;
+        }
+    }
+
     /// Return when it may be this store's turn: the lock key deleted and no live waiter ahead,
     /// or those ahead let their stagger go by (see `queue`); or the watch ended (the caller
     /// re-reads). The watch and the entry are kept across calls (one lock per store).
