@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use conformance::{count_requests, held, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
+use leaderrun::timing::DEFAULT_TTL;
 use servers::zookeeper::{ZooKeeper, DEFAULT_MAX_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS, TICK_MS};
 
 struct ZkHarness {
@@ -159,9 +160,9 @@ async fn a_lease_session_outlasts_the_ttl_by_a_quarter_and_a_tick() {
 async fn the_longest_ttl_is_the_longest_the_servers_sessions_allow() {
     let server = tokio::task::spawn_blocking(ZooKeeper::start_with_default_session_limits).await.unwrap();
     let store = open_url(&server.url(), Access::Create).await.unwrap();
-    let longest = store.longest_ttl().await.unwrap().expect("ZooKeeper's maxSessionTimeout is a limit");
+    let longest = store.longest_ttl(DEFAULT_TTL).await.unwrap().expect("ZooKeeper's maxSessionTimeout is a limit");
     assert!(longest > Duration::ZERO && longest < Duration::from_millis(DEFAULT_MAX_SESSION_TIMEOUT_MS));
-    assert_eq!(store.longest_ttl().await.unwrap(), Some(longest), "learned once");
+    assert_eq!(store.longest_ttl(DEFAULT_TTL).await.unwrap(), Some(longest), "learned once");
 
     // A lease of exactly that ttl gets a session the server grants, within its limit.
     let lock = unique("longest");

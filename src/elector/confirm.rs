@@ -41,7 +41,7 @@ impl Elector {
         }
         let sent = self.now();
         let (store, held) = (self.store.clone(), lease.clone());
-        let renewal = timeout(timing.request_timeout(), async move { store.renew(&held, timing.ttl).await });
+        let renewal = timeout(timing.request_timeout(), async move { store.renew(&held, timing.store_ttl()).await });
         let answer = tokio::select! {
             answer = renewal => answer,
             Some(signal) = self.signals.recv() => {

@@ -80,8 +80,8 @@ impl Store for TimedStore {
         self.timed("abandon", self.inner.abandon(lock, identity)).await
     }
 
-    async fn longest_ttl(&self) -> Result<Option<Duration>> {
-        self.inner.longest_ttl().await
+    async fn longest_ttl(&self, wanted: Duration) -> Result<Option<Duration>> {
+        self.inner.longest_ttl(wanted).await
     }
 
     async fn failover(&self) -> Result<Option<Duration>> {
