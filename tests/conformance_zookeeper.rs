@@ -340,9 +340,24 @@ async fn a_one_shot_run_takes_five_requests() {
 
     let before = requests.count();
     let store = h.open().await;
-    let ttl = store.longest_ttl().await.unwrap().expect("ZooKeeper limits sessions");
+    let ttl = store.longest_ttl(DEFAULT_TTL).await.unwrap().expect("ZooKeeper limits sessions");
     let lease = won(&*store, &lock, "b", ttl).await;
     store.release(&lease, Duration::from_secs(10)).await.unwrap();
     assert_eq!(requests.count() - before, 5, "a later run, without --ttl, with --min-hold");
     assert_eq!(h.open().await.status(&lock).await.unwrap().holder.as_deref(), Some("b"), "kept for --min-hold");
+
+    // With --lock-delay the lease asked for is the ttl + the delay: the session learnt for it
+    // serves it, and the server keeps it that long.
+    let before = requests.count();
+    let store = h.open().await;
+    let delayed = DEFAULT_TTL + Duration::from_secs(30);
+    assert_eq!(store.longest_ttl(delayed).await.unwrap(), Some(delayed), "the servers grant its session");
+    let lock = unique("delayed");
+    let lease = won(&*store, &lock, "c", delayed).await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    assert_eq!(requests.count() - before, 5, "a run with a --lock-delay, without --ttl");
+    let lease = won(&*store, &lock, "c", delayed).await;
+    let session = store.status(&lock).await.unwrap().expires_in.expect("held");
+    assert!(session >= delayed * 5 / 4 + Duration::from_millis(TICK_MS), "{session:?} for a lease of {delayed:?}");
+    store.release(&lease, Duration::ZERO).await.unwrap();
 }
