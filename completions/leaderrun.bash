@@ -65,7 +65,7 @@ _leaderrun() {
 
     case "${cmd}" in
         leaderrun)
-            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --server-clock-skew --signal --identity --max-runtime --http --leader-file --conflict-exit-code --help --version status list release watch check init help"
+            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --lock-delay --server-clock-skew --signal --identity --max-runtime --http --leader-file --conflict-exit-code --help --version status list release watch check init help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -100,6 +100,10 @@ _leaderrun() {
                     return 0
                     ;;
                 --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lock-delay)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -344,6 +344,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_KILL_AFTER")]
     pub kill_after: Option<Duration>,
 
+    /// Keep the lock closed this much longer after a holder is lost uncleanly (leaderrun
+    /// killed, frozen, or cut off from the store): the store is asked to keep each lease for
+    /// --ttl + this, while the holder still stops its child as --ttl alone requires. The next
+    /// holder then starts at least this long after the lost holder's child was killed, which
+    /// leaves room for writes still in flight from it (a process in uninterruptible sleep, an
+    /// NFS write). A release frees the lock at once, as does the end of a --min-hold keep: a
+    /// clean exit costs nothing. On a store with no server-side expiry (Kubernetes, S3, Cloud
+    /// Storage, Datastore) standbys watch a lease for --ttl + this before they take it. The
+    /// store's own limit on a lease applies to --ttl + this (without --ttl, a run picks a ttl
+    /// that fits). --ttl + this is at most 1 day.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "0s", env = "LEADERRUN_LOCK_DELAY")]
+    pub lock_delay: Duration,
+
     /// How far apart the wall clocks of the store's servers may be, for stores that judge
     /// expiry on them (PostgreSQL, MySQL, Redis, NATS): after a failover to a replica whose
     /// clock runs ahead, leases end that much early, so the holder stops its child that much

@@ -203,7 +203,10 @@ impl Elector {
             let asked = store.clone();
             let (lock, identity) = (self.election.lock.clone(), self.election.identity.clone());
             let attempt =
-                timeout(timing.request_timeout(), async move { asked.acquire(&lock, &identity, timing.ttl).await });
+                timeout(
+                    timing.request_timeout(),
+                    async move { asked.acquire(&lock, &identity, timing.store_ttl()).await },
+                );
             let result = tokio::select! {
                 result = attempt => result,
                 Some(signal) = self.signal() => {
@@ -392,7 +395,7 @@ impl Elector {
                     let sent = self.now();
                     // No attempt outlasts the stop time: a renewal confirmed after it is not used.
                     let limit = timing.stop_at(term.deadline).saturating_sub(sent).max(Duration::from_millis(1));
-                    let future: Pending<Renew> = Box::pin(timeout(limit, async move { store.renew(&held, timing.ttl).await }));
+                    let future: Pending<Renew> = Box::pin(timeout(limit, async move { store.renew(&held, timing.store_ttl()).await }));
                     term.renewing.push((sent, future));
                     // Unanswered by then, a second request goes out beside it: an answer that
                     // is only slow still counts, and one that will never come (a half-open

@@ -123,6 +123,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         server_skew: if spec.expiry_on_server_wall_clock() { args.server_clock_skew } else { Duration::ZERO },
         waiting: args.wait,
         failover: spec.known_failover(),
+        lock_delay: args.lock_delay,
     };
     let timing = requested.timing().map_err(|e| usage(e.to_string()))?;
     validate_timeout(args.timeout).map_err(|e| usage(e.to_string()))?;

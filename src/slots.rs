@@ -135,8 +135,8 @@ impl Store for SlotStore {
         self.inner.abandon(&self.name(lock), identity).await
     }
 
-    async fn longest_ttl(&self) -> Result<Option<Duration>> {
-        self.inner.longest_ttl().await
+    async fn longest_ttl(&self, wanted: Duration) -> Result<Option<Duration>> {
+        self.inner.longest_ttl(wanted).await
     }
 
     async fn failover(&self) -> Result<Option<Duration>> {

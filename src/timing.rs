@@ -7,6 +7,14 @@
 //! for a renewal that fails once, `ttl·(1 − 2ρ) − margin − skew > renew_every + kill_after`,
 //! where `skew` is how far the wall clocks of a store's servers may differ, for stores that
 //! judge expiry on them (a failover to a server whose clock runs ahead ends leases early).
+//!
+//! --lock-delay: every acquire and renew request asks the store for a lease of
+//! `ttl + lock_delay` (`Timing::store_ttl`), while the deadline, the stop signal, SIGKILL
+//! and the renewal schedule stay computed from `ttl` alone. A holder lost uncleanly
+//! (killed, frozen, cut off) has its child stopped by `sent + ttl·(1 − 2ρ) − margin`, but
+//! the store keeps the lock closed until `sent + ttl + lock_delay`: at least `lock_delay`
+//! more, room for writes the killed child still had in flight (an uninterruptible sleep,
+//! an NFS write). A release frees the lock at once, as without a delay.
 
 use std::time::Duration;
 
@@ -17,7 +25,8 @@ pub const CLOCK_DRIFT: f64 = 0.01;
 /// the delivery of SIGKILL and the reaping of the group.
 pub const MARGIN: Duration = Duration::from_millis(100);
 
-/// Longest lease accepted: a lease that outlives a day is a mistake, not a setting.
+/// Longest lease accepted: a lease that outlives a day is a mistake, not a setting. It
+/// bounds what the store is asked to keep, ttl + --lock-delay, too.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Longest --min-hold or --timeout accepted (a month).
@@ -66,6 +75,9 @@ pub struct Requested {
     /// its servers, when that is longer than these defaults allow for (`Store::failover`; zero
     /// otherwise). The defaults then grow to ride it out (DESIGN.md §9).
     pub failover: Duration,
+    /// --lock-delay (zero by default): how much longer than the ttl the store keeps a lease
+    /// that is not renewed (`Timing::store_ttl`).
+    pub lock_delay: Duration,
 }
 
 impl Requested {
@@ -91,18 +103,50 @@ impl Requested {
             .unwrap_or(MAX_DEFAULT_TTL)
     }
 
-    /// The timings for a store that keeps leases of at most `longest`. Without --ttl the
-    /// longest ttl up to the default that fits is used (`Some`); an explicit --ttl is left
-    /// for the store to judge (`None`: keep `timing()`).
+    /// The lease the store is asked to keep when no --ttl is given: the default ttl and
+    /// --lock-delay. A store that limits its leases is asked whether this fits
+    /// (`Store::longest_ttl`).
+    pub fn default_store_ttl(&self) -> Duration {
+        self.default_ttl() + self.lock_delay
+    }
+
+    /// The timings for a store that keeps leases of at most `longest`; what it must keep is
+    /// ttl + --lock-delay (`Timing::store_ttl`). Without --ttl the longest ttl up to the
+    /// default whose lease fits is used (`Some`). An explicit --ttl is left for the store to
+    /// judge (`None`: keep `timing()`), unless a --lock-delay is what makes it too long: that is
+    /// refused here, in words that name it.
     pub fn fit(&self, longest: Duration) -> Option<Result<Timing, TimingError>> {
-        if self.ttl.is_some() || longest >= self.default_ttl() {
+        let delay = self.lock_delay;
+        if let Some(ttl) = self.ttl {
+            return (!delay.is_zero() && ttl + delay > longest).then(|| {
+                Err(TimingError(format!(
+                    "--ttl {} + --lock-delay {} is a lease of {}, but the store keeps leases of at most {}; \
+                     lower --ttl or --lock-delay",
+                    show(ttl),
+                    show(delay),
+                    show(ttl + delay),
+                    show(longest)
+                )))
+            });
+        }
+        if longest >= self.default_store_ttl() {
             return None;
         }
+        if longest <= delay {
+            return Some(Err(TimingError(format!(
+                "--lock-delay {} leaves no ttl: the store keeps leases of at most {}, and a lease lasts \
+                 ttl + --lock-delay; lower --lock-delay",
+                show(delay),
+                show(longest)
+            ))));
+        }
         // Whole milliseconds, rounded down: "the longest that fits" must still fit.
-        let ttl = Duration::from_millis(longest.as_millis() as u64);
+        let ttl = Duration::from_millis((longest - delay).as_millis() as u64);
         Some(self.with_ttl(ttl).map_err(|e| {
+            let with_delay =
+                if delay.is_zero() { String::new() } else { format!(" less --lock-delay {}", show(delay)) };
             TimingError(format!(
-                "the store keeps leases of at most {}, too short for leaderrun's timing rule: {e}",
+                "the store keeps leases of at most {}{with_delay}, too short for leaderrun's timing rule: {e}",
                 show(longest)
             ))
         }))
@@ -115,8 +159,15 @@ impl Requested {
         // and its keep lasts twice that by default, so that a late host still meets it.
         let one_shot_keep = ONE_SHOT_MIN_HOLD.max(self.failover * 2);
         let min_hold = self.min_hold.unwrap_or(if self.waiting { Duration::ZERO } else { one_shot_keep });
-        let timing =
-            Timing { ttl, renew_every, kill_after, min_hold, server_skew: self.server_skew, failover: self.failover };
+        let timing = Timing {
+            ttl,
+            renew_every,
+            kill_after,
+            min_hold,
+            server_skew: self.server_skew,
+            failover: self.failover,
+            lock_delay: self.lock_delay,
+        };
         timing.validate(self)?;
         Ok(timing)
     }
@@ -134,6 +185,8 @@ pub struct Timing {
     /// How far the store's servers' wall clocks may differ (zero where expiry is not judged
     /// on them): a failover can bring the lease's expiry that much closer.
     pub server_skew: Duration,
+    /// --lock-delay: added to the lease the store keeps, never to the holder's deadline.
+    pub lock_delay: Duration,
 }
 
 /// A timing rule that broke, worded for the user.
@@ -160,6 +213,15 @@ impl Timing {
         }
         if self.ttl > MAX_TTL {
             return fail(format!("--ttl {} is longer than the maximum of {}", show(self.ttl), show(MAX_TTL)));
+        }
+        if self.store_ttl() > MAX_TTL {
+            return fail(format!(
+                "--lock-delay {} with --ttl {} asks the store for a lease of {}, longer than the maximum of {}",
+                show(self.lock_delay),
+                show(self.ttl),
+                show(self.store_ttl()),
+                show(MAX_TTL)
+            ));
         }
         if self.min_hold > MAX_LONG {
             return fail(format!(
@@ -202,6 +264,15 @@ impl Timing {
             ));
         }
         Ok(())
+    }
+
+    /// The lease every acquire and renew request asks the store for: ttl + --lock-delay.
+    /// Only the store's lifetime of the lease grows; the deadline, the stop signal, SIGKILL
+    /// and the renewals are all timed from `ttl` (`deadline_after`, `stop_at`), so a holder
+    /// lost uncleanly has its child stopped by the timing rule for `ttl` while no standby may
+    /// take the lock before `lock_delay` after its lease ends. A release frees it at once.
+    pub fn store_ttl(&self) -> Duration {
+        self.ttl + self.lock_delay
     }
 
     /// How long after a request was SENT its confirmed success keeps the lease safe locally:
@@ -291,6 +362,7 @@ mod tests {
             server_skew: Duration::ZERO,
             waiting: true,
             failover: Duration::ZERO,
+            lock_delay: Duration::ZERO,
         }
     }
 
@@ -424,5 +496,55 @@ mod tests {
         assert_eq!(given.ttl, s(15.0));
         // A store whose failover the defaults already ride out changes nothing.
         assert_eq!(asked(None, None, None).timing().unwrap().ttl, DEFAULT_TTL);
+    }
+
+    #[test]
+    fn a_lock_delay_lengthens_the_stores_lease_only() {
+        let plain = asked(Some(10.0), None, None).timing().unwrap();
+        let delayed = Requested { lock_delay: s(30.0), ..asked(Some(10.0), None, None) }.timing().unwrap();
+        assert_eq!((plain.store_ttl(), delayed.store_ttl()), (s(10.0), s(40.0)));
+        // Everything the holder does is timed from the ttl alone.
+        assert_eq!(delayed.deadline_after(s(100.0)), plain.deadline_after(s(100.0)));
+        assert_eq!(delayed.stop_at(delayed.deadline_after(s(100.0))), plain.stop_at(plain.deadline_after(s(100.0))));
+        assert_eq!(
+            (delayed.renew_every, delayed.kill_after, delayed.renew_timeout(), delayed.request_timeout()),
+            (plain.renew_every, plain.kill_after, plain.renew_timeout(), plain.request_timeout())
+        );
+        // The store lets a standby in no sooner than the delay after the holder's SIGKILL.
+        let sent = s(100.0);
+        assert!(sent + delayed.store_ttl() >= delayed.deadline_after(sent) + s(30.0));
+    }
+
+    #[test]
+    fn a_lock_delay_is_capped_with_the_ttl_at_a_day() {
+        let at_most = Requested { lock_delay: MAX_TTL - s(15.0), ..asked(None, None, None) }.timing().unwrap();
+        assert_eq!(at_most.store_ttl(), MAX_TTL);
+        let err = Requested { lock_delay: MAX_TTL, ..asked(Some(15.0), None, None) }.timing().unwrap_err();
+        assert!(err.0.contains("--lock-delay 1day with --ttl 15s") && err.0.contains("maximum of 1day"), "{err}");
+    }
+
+    #[test]
+    fn a_store_limit_takes_the_lock_delay_from_the_default_ttl() {
+        let delayed = |delay: f64| Requested { lock_delay: s(delay), ..asked(None, None, None) };
+        // The store keeps 20 s: with a delay of 8 s the default ttl becomes 12 s.
+        let t = delayed(8.0).fit(s(20.0)).expect("capped").unwrap();
+        assert_eq!((t.ttl, t.store_ttl(), t.renew_every), (s(12.0), s(20.0), s(4.0)));
+        // Room for the default 15 s and the delay: nothing to fit.
+        assert!(delayed(5.0).fit(s(20.0)).is_none());
+        assert_eq!(delayed(5.0).default_store_ttl(), s(20.0));
+        // A delay that leaves no ttl, or one too short for the timing rule: refused, naming it.
+        let err = delayed(20.0).fit(s(20.0)).expect("capped").unwrap_err();
+        assert!(err.0.contains("--lock-delay 20s leaves no ttl") && err.0.contains("at most 20s"), "{err}");
+        let err = delayed(19.9).fit(s(20.0)).expect("capped").unwrap_err();
+        assert!(err.0.contains("at most 20s less --lock-delay 19s 900ms"), "{err}");
+        // An explicit --ttl that fits alone but not with the delay: refused here, naming both.
+        let given = Requested { lock_delay: s(8.0), ..asked(Some(15.0), None, None) };
+        let err = given.fit(s(20.0)).expect("does not fit").unwrap_err();
+        assert!(
+            err.0.contains("--ttl 15s + --lock-delay 8s is a lease of 23s") && err.0.contains("at most 20s"),
+            "{err}"
+        );
+        assert!(given.fit(s(23.0)).is_none(), "it fits: the store accepts it");
+        assert!(asked(Some(25.0), None, None).fit(s(20.0)).is_none(), "without a delay the store judges --ttl");
     }
 }

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use conformance::{count_requests, held, held_for, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Observing, Renew, Store, StoreError};
+use leaderrun::timing::DEFAULT_TTL;
 use servers::nats::{Nats, USER};
 
 struct Nt {
@@ -151,7 +152,7 @@ async fn a_ttl_that_does_not_fit_a_choria_bucket_is_refused_as_unfit() {
     let url = format!("{}/CHORIA_LEADER_ELECTION", nt.server.url());
     let store = open_url(&url, Access::Create).await.unwrap();
     // Max age 60 s: Choria campaigns every 45 s, a Choria standby starts 45.2 s after an evict.
-    assert_eq!(store.longest_ttl().await.unwrap(), Some(Duration::from_millis(45_200)));
+    assert_eq!(store.longest_ttl(DEFAULT_TTL).await.unwrap(), Some(Duration::from_millis(45_200)));
     for ttl in [Duration::from_secs(90), Duration::from_secs(60), Duration::from_millis(45_201)] {
         let err = store.acquire("my_app", "a", ttl).await.expect_err("longer than Choria's interval + 200 ms");
         assert_eq!(err.kind, ErrorKind::Unfit, "{}", err.message);
@@ -166,9 +167,10 @@ async fn a_ttl_that_does_not_fit_a_choria_bucket_is_refused_as_unfit() {
         kv::Config { bucket: "SHORT".into(), history: 1, max_age: Duration::from_secs(3), ..Default::default() };
     js.create_key_value(short).await.unwrap();
     let short = open_url(&format!("{}/SHORT", nt.server.url()), Access::Create).await.unwrap();
-    for err in
-        [short.acquire("x", "a", Duration::from_secs(1)).await.unwrap_err(), short.longest_ttl().await.unwrap_err()]
-    {
+    for err in [
+        short.acquire("x", "a", Duration::from_secs(1)).await.unwrap_err(),
+        short.longest_ttl(DEFAULT_TTL).await.unwrap_err(),
+    ] {
         assert_eq!(err.kind, ErrorKind::Unfit, "{}", err.message);
         assert!(err.message.contains("\"SHORT\"") && err.message.contains("from 4s to 1h"), "{}", err.message);
     }
@@ -188,7 +190,7 @@ async fn the_longest_ttl_is_one_choria_interval_and_200ms() {
     nt.server.choria_bucket_with_max_age(max_age).await;
     let store = open_url(&format!("{}/CHORIA_LEADER_ELECTION", nt.server.url()), Access::Create).await.unwrap();
     let longest = Duration::from_millis(3575); // 0.75 x 4.5 s + 200 ms
-    assert_eq!(store.longest_ttl().await.unwrap(), Some(longest));
+    assert_eq!(store.longest_ttl(DEFAULT_TTL).await.unwrap(), Some(longest));
     // That long is kept; a ms longer a Choria standby could start before the holder's deadline.
     let lease = won(&*store, "my_app", "a", longest).await;
     assert_eq!(store.renew(&lease, longest).await.unwrap(), Renew::Renewed);
@@ -198,7 +200,7 @@ async fn the_longest_ttl_is_one_choria_interval_and_200ms() {
 
     // leaderrun's own bucket has per-message TTL and no max age: no limit.
     let own = nt.open().await;
-    assert_eq!((own.longest_ttl().await.unwrap(), own.longest_keep().await.unwrap()), (None, None));
+    assert_eq!((own.longest_ttl(DEFAULT_TTL).await.unwrap(), own.longest_keep().await.unwrap()), (None, None));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use conformance::{count_requests, held, unique, won, Harness, SOON, TTL};
 use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
+use leaderrun::timing::DEFAULT_TTL;
 use servers::zookeeper::{ZooKeeper, DEFAULT_MAX_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS, TICK_MS};
 
 struct ZkHarness {
@@ -159,9 +160,9 @@ async fn a_lease_session_outlasts_the_ttl_by_a_quarter_and_a_tick() {
 async fn the_longest_ttl_is_the_longest_the_servers_sessions_allow() {
     let server = tokio::task::spawn_blocking(ZooKeeper::start_with_default_session_limits).await.unwrap();
     let store = open_url(&server.url(), Access::Create).await.unwrap();
-    let longest = store.longest_ttl().await.unwrap().expect("ZooKeeper's maxSessionTimeout is a limit");
+    let longest = store.longest_ttl(DEFAULT_TTL).await.unwrap().expect("ZooKeeper's maxSessionTimeout is a limit");
     assert!(longest > Duration::ZERO && longest < Duration::from_millis(DEFAULT_MAX_SESSION_TIMEOUT_MS));
-    assert_eq!(store.longest_ttl().await.unwrap(), Some(longest), "learned once");
+    assert_eq!(store.longest_ttl(DEFAULT_TTL).await.unwrap(), Some(longest), "learned once");
 
     // A lease of exactly that ttl gets a session the server grants, within its limit.
     let lock = unique("longest");
@@ -339,9 +340,24 @@ async fn a_one_shot_run_takes_five_requests() {
 
     let before = requests.count();
     let store = h.open().await;
-    let ttl = store.longest_ttl().await.unwrap().expect("ZooKeeper limits sessions");
+    let ttl = store.longest_ttl(DEFAULT_TTL).await.unwrap().expect("ZooKeeper limits sessions");
     let lease = won(&*store, &lock, "b", ttl).await;
     store.release(&lease, Duration::from_secs(10)).await.unwrap();
     assert_eq!(requests.count() - before, 5, "a later run, without --ttl, with --min-hold");
     assert_eq!(h.open().await.status(&lock).await.unwrap().holder.as_deref(), Some("b"), "kept for --min-hold");
+
+    // With --lock-delay the lease asked for is the ttl + the delay: the session learnt for it
+    // serves it, and the server keeps it that long.
+    let before = requests.count();
+    let store = h.open().await;
+    let delayed = DEFAULT_TTL + Duration::from_secs(30);
+    assert_eq!(store.longest_ttl(delayed).await.unwrap(), Some(delayed), "the servers grant its session");
+    let lock = unique("delayed");
+    let lease = won(&*store, &lock, "c", delayed).await;
+    store.release(&lease, Duration::ZERO).await.unwrap();
+    assert_eq!(requests.count() - before, 5, "a run with a --lock-delay, without --ttl");
+    let lease = won(&*store, &lock, "c", delayed).await;
+    let session = store.status(&lock).await.unwrap().expires_in.expect("held");
+    assert!(session >= delayed * 5 / 4 + Duration::from_millis(TICK_MS), "{session:?} for a lease of {delayed:?}");
+    store.release(&lease, Duration::ZERO).await.unwrap();
 }

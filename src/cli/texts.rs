@@ -45,10 +45,11 @@ confirmed success moves its deadline, to that instant + ttl x 0.98 - 100ms (- --
 those stores). A renewal that times out, fails or is ambiguous never moves it; one unanswered for half \
 the time left before the stop signal gets a second request beside it. The child's process \
 group gets --signal at deadline - --kill-after and SIGKILL at the deadline; when the store says the \
-lease is someone else's, --signal goes at once.",
+lease is someone else's, --signal goes at once. Each request asks the store for a lease of ttl + \
+--lock-delay; the deadline is the ttl's alone.",
     "On a store with no server-side expiry (Kubernetes Leases, S3 and Cloud Storage objects, Datastore entities) a standby takes a held lease only after it \
-has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl, as the \
-record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
+has itself seen the record unchanged for ttl x 1.02 + 100ms on its own clock (the holder's ttl + \
+--lock-delay, as the record states it), or at once when its holder released it. A one-shot run watches a held lease for at \
 most that long (or --timeout): a change means its holder is alive, and the run gives up.",
     "With --slots N, each slot is a lease of its own under this contract: at most one child per slot, so at \
 most N at once, and fencing tokens strictly increasing within each slot. Runs that give one lock different \
@@ -57,7 +58,10 @@ largest N in use.",
     "An acquire whose answer never came (a timeout, a signal) may still have been granted: leaderrun \
 gives such a lease back, found by its own identity (with a chosen --identity, which another run may \
 share, it is left to expire). A process in uninterruptible sleep (D state, e.g. on a hung NFS mount) \
-can finish a write after SIGKILL: only the fencing token, checked by whatever it writes to, covers that.",
+can finish a write after SIGKILL: only the fencing token, checked by whatever it writes to, covers that \
+for certain. --lock-delay narrows it: a holder lost uncleanly (killed, frozen, cut off) keeps the lock \
+closed that much longer after its lease ends, room for writes still in flight from its killed child; a \
+release, or the end of a --min-hold keep, opens it at once.",
     "A separate watchdog process enforces the deadline even when leaderrun itself is SIGKILLed, crashes or \
 is SIGSTOPped; if the watchdog dies, leaderrun starts another or stops the child. When the child exits, \
 what is left of its tree is stopped too before the lease is released. Where cgroup v2 is writable (root, \
@@ -139,11 +143,11 @@ pub const STORES: &[(&str, &str)] = &[
     ),
     (
         "zk://[user:pass@]host:2181[,host2:2181...][/path][?tls=1&cacert=FILE]",
-        "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl + 25% + the servers' tick \
+        "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl (+ --lock-delay) + 25% + the servers' tick \
          (at most half the timeout they grant a 4 s session): an ephemeral sequential child of the lock's node, \
          the lowest child holding it; the fencing token is its sequence number + 1. Expiry is judged by the \
          ZooKeeper leader; a --ttl whose session the server's maxSessionTimeout does not allow is refused \
-         (without --ttl, a run picks one that fits). Renewals sync and read the child on its own session; \
+         (without --ttl, a run picks one that fits, with its --lock-delay). Renewals sync and read the child on its own session; \
          waiters queue, each watching only the one ahead of it (the first, the holder's child). user:pass is the digest scheme, with creator-only ACLs. --min-hold is \
          judged on wall clocks. Never delete the lock nodes by hand. In an ensemble a session leaves a \
          server that stops answering within a tenth of its timeout. TLS: ?tls=1&cacert=FILE (the \
@@ -222,6 +226,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("leaderrun --lock deploy --wait --timeout 10m -- ./deploy", "CI pipelines take turns; the one whose turn never came exits with -E's status."),
     ("leaderrun --lock billing --wait -- ./worker", "N replicas stand by; one runs; another takes over within about --ttl if it dies, within milliseconds if it exits."),
     ("leaderrun --lock crawl --slots 3 --wait -- ./crawler", "A semaphore: at most three crawlers run across the fleet, each told its slot in LEADERRUN_SLOT; a standby takes the first slot that frees."),
+    ("leaderrun --lock ledger --wait --lock-delay 30s -- ./writer", "As above, but after a holder dies or is cut off nobody takes over until 30s after its lease ends: room for writes its killed child still had in flight (an NFS write, a process in uninterruptible sleep)."),
     ("leaderrun status --lock billing", "Who holds it, with which fencing token, since when, for how much longer."),
     ("leaderrun release --lock billing", "Make the holder stand down: its child is stopped at its next renewal."),
 ];

@@ -47,7 +47,7 @@ impl Elector {
         }
         let sent = self.now();
         let (store_, held) = (store.clone(), lease.clone());
-        let renewal = timeout(timing.request_timeout(), async move { store_.renew(&held, timing.ttl).await });
+        let renewal = timeout(timing.request_timeout(), async move { store_.renew(&held, timing.store_ttl()).await });
         let answer = tokio::select! {
             answer = renewal => answer,
             Some(signal) = self.signal() => {

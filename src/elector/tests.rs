@@ -52,6 +52,7 @@ fn timing_of(ttl: Duration, renew_every: Duration, kill_after: Duration, min_hol
         server_skew: Duration::ZERO,
         waiting: true,
         failover: Duration::ZERO,
+        lock_delay: Duration::ZERO,
     }
     .timing()
     .unwrap()
@@ -86,6 +87,7 @@ impl Setup {
 
 mod client_timed;
 mod cool_down;
+mod lock_delay;
 mod max_runtime;
 mod observed;
 mod one_shot;

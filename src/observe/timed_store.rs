@@ -80,8 +80,8 @@ impl Store for TimedStore {
         self.timed("abandon", self.inner.abandon(lock, identity)).await
     }
 
-    async fn longest_ttl(&self) -> Result<Option<Duration>> {
-        self.inner.longest_ttl().await
+    async fn longest_ttl(&self, wanted: Duration) -> Result<Option<Duration>> {
+        self.inner.longest_ttl(wanted).await
     }
 
     async fn failover(&self) -> Result<Option<Duration>> {
@@ -94,6 +94,10 @@ impl Store for TimedStore {
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
         self.inner.changed(lock, max_wait).await
+    }
+
+    async fn stop_waiting(&self, lock: &str) {
+        self.inner.stop_waiting(lock).await
     }
 
     fn sees_expiry(&self) -> bool {

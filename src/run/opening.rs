@@ -143,15 +143,18 @@ pub(super) async fn open_and_fit(
 
 /// Without --ttl, a store that keeps leases for less than the default (a ZooKeeper server's
 /// maxSessionTimeout, a NATS bucket's max age) gets the longest ttl that fits, with the other
-/// defaults scaled to it. An explicit --ttl is left for the store to accept or refuse.
+/// defaults scaled to it; what must fit is the lease the store keeps, ttl + --lock-delay. An
+/// explicit --ttl is left for the store to accept or refuse, unless --lock-delay is what makes
+/// the lease too long: that is refused here (status 2), in words that name it.
 async fn fit_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Retrying<'_>) -> Result<(), u8> {
     fit_to_failover(plan, store, retrying).await?;
     fit_keep_to_store(plan, store, retrying).await?;
-    if plan.requested.ttl.is_some() {
+    if plan.requested.ttl.is_some() && plan.requested.lock_delay.is_zero() {
         return Ok(());
     }
     let bound = Some(plan.election.timing.request_timeout());
-    let longest = retrying.call("learn how long a lease the store keeps", bound, || store.longest_ttl()).await?;
+    let wanted = plan.election.timing.store_ttl();
+    let longest = retrying.call("learn how long a lease the store keeps", bound, || store.longest_ttl(wanted)).await?;
     let Some(fitted) = longest.and_then(|longest| plan.requested.fit(longest)) else {
         return Ok(());
     };
@@ -160,7 +163,8 @@ async fn fit_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Retryin
         ttl = %humantime::format_duration(timing.ttl),
         renew_every = %humantime::format_duration(timing.renew_every),
         kill_after = %humantime::format_duration(timing.kill_after),
-        "the store keeps leases for less than the default --ttl: using the longest that fits"
+        lock_delay = %humantime::format_duration(timing.lock_delay),
+        "the store keeps leases for less than the default --ttl (+ --lock-delay): using the longest that fits"
     );
     plan.election.timing = timing;
     Ok(())

@@ -52,6 +52,8 @@ pub struct MemoryStore {
     notify: Notify,
     /// Every call, for assertions: (clock reading, operation).
     pub calls: Mutex<Vec<(Duration, String)>>,
+    /// The lease asked for by every acquire and renew: (clock reading, operation, ttl).
+    pub ttls: Mutex<Vec<(Duration, &'static str, Duration)>>,
 }
 
 impl MemoryStore {
@@ -64,6 +66,7 @@ impl MemoryStore {
             confirm_after: Mutex::new(None),
             notify: Notify::new(),
             calls: Mutex::new(Vec::new()),
+            ttls: Mutex::new(Vec::new()),
         }
     }
 
@@ -164,6 +167,7 @@ async fn answer<T>(behaviour: Behaviour, result: T) -> Result<T> {
 impl Store for MemoryStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         self.log(format!("acquire {identity}"));
+        self.ttls.lock().unwrap().push((self.clock.now(), "acquire", ttl));
         let behaviour = *self.acquire_behaviour.lock().unwrap();
         self.behave(behaviour).await?;
         let now = self.clock.now();
@@ -198,6 +202,7 @@ impl Store for MemoryStore {
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
         self.log(format!("renew {}", lease.token));
+        self.ttls.lock().unwrap().push((self.clock.now(), "renew", ttl));
         let behaviour = *self.renew_behaviour.lock().unwrap();
         self.behave(behaviour).await?;
         let now = self.clock.now();

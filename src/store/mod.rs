@@ -192,10 +192,15 @@ pub trait Store: Send + Sync {
     /// Take the lock for `identity` for `ttl` if it is free, released or expired;
     /// the new lease's token is larger than any earlier one for this lock.
     /// A lock held by anyone, this identity included, is not taken.
+    ///
+    /// `ttl` is the lease's lifetime in the store, which may be longer than the run's --ttl
+    /// (`Timing::store_ttl`: + --lock-delay). A store times everything it keeps for the lease
+    /// from it (a record's expiry, a session, a key's TTL, a client-timed record's stated
+    /// lease); the holder's own deadline is the elector's business.
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire>;
 
-    /// Extend the lease by `ttl` from now if the record still carries its token and
-    /// has not been revoked.
+    /// Extend the lease by `ttl` (its lifetime in the store, as for `acquire`) from now if the
+    /// record still carries its token and has not been revoked.
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew>;
 
     /// Give the lease up (a revoked lease too). With `keep` > 0 the record stays taken until `keep` after the
@@ -232,12 +237,13 @@ pub trait Store: Send + Sync {
         Ok(())
     }
 
-    /// The longest lease this store can keep, if it sets a limit of its own (a ZooKeeper
-    /// server's maxSessionTimeout, a NATS bucket's max age). With no --ttl given, a run picks
-    /// the longest default that fits under it. A store may answer the default --ttl itself
-    /// once it knows that fits, without asking further (ZooKeeper then keeps the session it
-    /// asked with for the lease).
-    async fn longest_ttl(&self) -> Result<Option<Duration>> {
+    /// The longest lease (lifetime in the store, as `acquire` is asked for) this store can
+    /// keep, if it sets a limit of its own (a ZooKeeper server's maxSessionTimeout, a NATS
+    /// bucket's max age). With no --ttl given, a run picks the longest default ttl whose lease
+    /// (ttl + --lock-delay) fits under it. `wanted` is the lease the run would ask for as
+    /// things stand: a store may answer `wanted` itself once it knows that fits, without
+    /// asking further (ZooKeeper then keeps the session it asked with for the lease).
+    async fn longest_ttl(&self, _wanted: Duration) -> Result<Option<Duration>> {
         Ok(None)
     }
 

@@ -78,7 +78,13 @@ impl Choria {
         Duration::from_millis((self.interval + WON_PAUSE).as_millis() as u64)
     }
 
-    /// Why `ttl` does not fit, if it does not (`bucket` names the bucket in the message).
+    /// Why a lease of `ttl` does not fit, if it does not (`bucket` names the bucket in the
+    /// message). `ttl` is the lease the store is asked for, --ttl + --lock-delay: the entry
+    /// lives a max age from its last write in any case, longer than one interval, so a delay
+    /// within it is kept in full. Holding the whole lease under one interval is stricter than
+    /// needed (it costs a run with a delay a ttl shorter by the delay), but it is the one limit
+    /// the store and `longest_ttl` share. The message names --ttl: a run with --lock-delay
+    /// learnt the limit first and refused a lease over it in words that name both.
     pub fn refuse_ttl(&self, bucket: &str, ttl: Duration) -> Option<String> {
         (ttl > self.longest_ttl()).then(|| {
             format!(
@@ -130,6 +136,7 @@ mod tests {
                 server_skew: Duration::ZERO,
                 waiting: true,
                 failover: Duration::ZERO,
+                lock_delay: Duration::ZERO,
             }
             .timing()
             .unwrap();

@@ -430,8 +430,8 @@ impl NatsStore {
     }
 
     /// Refuse, before anything is written, a bucket that cannot hold leases (no expiry at all,
-    /// or a Choria bucket whose max age Choria itself refuses) and a ttl that does not fit it:
-    /// configuration errors.
+    /// or a Choria bucket whose max age Choria itself refuses) and a lease (--ttl + --lock-delay,
+    /// named --ttl: a run with a delay learnt the limit first) that does not fit: configuration.
     fn check_ttl(&self, bucket: &Bucket, ttl: Duration) -> Result<()> {
         let name = &self.bucket_name;
         if !bucket.allow_ttl && bucket.max_age.is_zero() {
@@ -815,7 +815,7 @@ impl Store for NatsStore {
         Ok(replicated.then_some(cluster::STREAM_ELECTION))
     }
 
-    async fn longest_ttl(&self) -> Result<Option<Duration>> {
+    async fn longest_ttl(&self, _wanted: Duration) -> Result<Option<Duration>> {
         let Some(bucket) = self.bucket().await? else {
             return Ok(None);
         };

@@ -154,7 +154,6 @@ use zookeeper_client::{CreateMode, Error as ZkError, MultiWriteError, TlsOptions
 
 use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
-use crate::timing::DEFAULT_TTL;
 use names::decode;
 use nodes::{now_ms, Attempt, Look, Lookup, Seen, Value, MAX_RACES};
 use sessions::{reconnected, request, Held, Inner, Zk};
@@ -174,7 +173,7 @@ pub struct ZooKeeperStore {
     inner: Arc<Mutex<Inner>>,
     /// The most the servers' tick can be (from the reads session's timeout: `tick_bound`).
     tick: Duration,
-    /// The longest ttl a run without --ttl may use, once learned (`longest_ttl`).
+    /// The longest lease a run may ask for, once learned (`longest_ttl`).
     longest_ttl: tokio::sync::OnceCell<Duration>,
     /// This store's place in a lock's queue of waiters (`queue.rs`).
     place: Mutex<Option<queue::Place>>,
@@ -238,7 +237,8 @@ impl ZooKeeperStore {
 
     fn session_too_short(&self, ttl: Duration, wanted: Duration, granted: Duration) -> StoreError {
         // The server could expire the lease before its holder's deadline. It clamped the
-        // timeout asked for to its longest: what it granted is that.
+        // timeout asked for to its longest: what it granted is that. (A run with --lock-delay
+        // learnt the longest first and refused a longer lease in words that name both.)
         StoreError::refused(format!(
             "zookeeper store {}: a --ttl of {} needs sessions of {} ms (ttl + 25% + a tick of at most {} ms), \
              but the server grants at most {} ms (its maxSessionTimeout, 20 ticks by default): use a --ttl of \
@@ -252,17 +252,17 @@ impl ZooKeeperStore {
         ))
     }
 
-    /// The longest ttl a run without --ttl may use. The store connects the session a lease of the
-    /// default ttl needs: if the servers grant it, the default fits and they are asked no more
-    /// (that would take another session); if they cut it short, what they granted is their
-    /// maxSessionTimeout, and the longest ttl within it is returned. Either way that session is
-    /// kept as the spare: the run's lease uses it, so learning this costs no session of its own.
-    async fn learn_longest_ttl(&self) -> Result<Duration> {
-        let wanted = session_for(DEFAULT_TTL, self.tick);
-        let zk = self.connect(wanted).await?;
+    /// The longest lease a run may ask for, as far as it needs to know. The store connects the
+    /// session that `wanted` (the run's ttl + --lock-delay) needs: if the servers grant it, the
+    /// lease fits and they are asked no more (that would take another session); if they cut it
+    /// short, what they granted is their maxSessionTimeout, and the longest lease within it is
+    /// returned. Either way that session is the spare: the run's lease uses it.
+    async fn learn_longest_ttl(&self, wanted: Duration) -> Result<Duration> {
+        let session = session_for(wanted, self.tick);
+        let zk = self.connect(session).await?;
         let granted = zk.granted();
         self.give_back(zk);
-        Ok(if granted >= wanted { DEFAULT_TTL } else { longest_ttl_within(granted, self.tick) })
+        Ok(if granted >= session { wanted } else { longest_ttl_within(granted, self.tick) })
     }
 
     /// Release in one multi-op: our child is deleted (or replaced by the --min-hold child), and
@@ -600,10 +600,10 @@ impl Store for ZooKeeperStore {
         Ok(())
     }
 
-    /// The longest ttl whose session the servers grant, up to leaderrun's default ttl: a run
-    /// without --ttl needs to know no more (`learn_longest_ttl`). Learned once.
-    async fn longest_ttl(&self) -> Result<Option<Duration>> {
-        Ok(Some(*self.longest_ttl.get_or_try_init(|| self.learn_longest_ttl()).await?))
+    /// The longest lease whose session the servers grant, up to `wanted`: a run needs to know
+    /// no more (`learn_longest_ttl`). Learned once, for the first `wanted` (a run asks once).
+    async fn longest_ttl(&self, wanted: Duration) -> Result<Option<Duration>> {
+        Ok(Some(*self.longest_ttl.get_or_try_init(|| self.learn_longest_ttl(wanted)).await?))
     }
 
     fn sees_expiry(&self) -> bool {
