@@ -141,6 +141,7 @@ mod names;
 mod nodes;
 mod observe;
 mod queue;
+mod release;
 mod sessions;
 mod target;
 mod timeouts;
@@ -150,13 +151,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
-use zookeeper_client::{CreateMode, Error as ZkError, MultiWriteError, TlsOptions};
+use zookeeper_client::{Error as ZkError, TlsOptions};
 
 use super::url::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use names::decode;
-use nodes::{now_ms, Attempt, Look, Lookup, Seen, Value, MAX_RACES};
-use sessions::{reconnected, request, Held, Inner, Zk};
+use nodes::{Attempt, Look, Lookup, Seen, Value, MAX_RACES};
+use release::Released;
+use sessions::{reconnected, request, Held, Inner};
 use target::tls_options;
 pub use target::{Target, DEFAULT_ROOT};
 use timeouts::{ceil_ms, longest_ttl_within, session_for, tick_bound, READS_SESSION};
@@ -183,15 +185,6 @@ pub struct ZooKeeperStore {
     observed: tokio::sync::Mutex<Option<observe::Observed>>,
     /// What the last `status` read of a lock saw, for the watches to start from.
     read: Mutex<Option<(String, observe::Mark)>>,
-}
-
-/// How a release in one step went.
-enum Released {
-    Done,
-    /// Our place in the queue was gone already: again without it.
-    PlaceGone,
-    /// Our child changed (revoked) or is gone: read it first.
-    Changed,
 }
 
 impl ZooKeeperStore {
@@ -265,52 +258,6 @@ impl ZooKeeperStore {
         Ok(if granted >= session { wanted } else { longest_ttl_within(granted, self.tick) })
     }
 
-    /// Release in one multi-op: our child is deleted (or replaced by the --min-hold child), and
-    /// our node in the lock's queue with it, so the next waiter wakes to a free lock. Guarded by
-    /// the child's version as this store last saw it: a revoke has changed it.
-    async fn release_in_one(
-        &self,
-        zk: &Zk,
-        path: &str,
-        held: (&Value, i32),
-        keep: Duration,
-        place: Option<&str>,
-    ) -> std::result::Result<Released, ZkError> {
-        let (value, version) = held;
-        let until_ms = value.acquired_ms.saturating_add(keep.as_millis() as u64);
-        let kept = (!keep.is_zero() && until_ms > now_ms())
-            .then(|| serde_json::to_vec(&Value { keep_until_ms: Some(until_ms), ..value.clone() }).unwrap());
-        let options = CreateMode::Persistent.with_acls(self.acls());
-        let outcome = request("release", zk, |c| {
-            let mut multi = c.new_multi_writer();
-            let mut added = multi.add_delete(path, Some(version));
-            if let Some(data) = &kept {
-                added = added.and_then(|()| multi.add_create(path, data, &options));
-            }
-            if let Some(place) = place {
-                added = added.and_then(|()| multi.add_delete(place, None));
-            }
-            async move {
-                added?;
-                Ok(multi.commit().await)
-            }
-        })
-        .await;
-        let place_index = if kept.is_some() { 2 } else { 1 };
-        match outcome {
-            Ok(Ok(_)) => Ok(Released::Done),
-            Ok(Err(MultiWriteError::OperationFailed { index, source: ZkError::NoNode }))
-                if place.is_some() && index == place_index =>
-            {
-                Ok(Released::PlaceGone)
-            }
-            Ok(Err(MultiWriteError::OperationFailed { index: 0, source: ZkError::BadVersion | ZkError::NoNode })) => {
-                Ok(Released::Changed)
-            }
-            Ok(Err(e)) => Err(e.into()),
-            Err(e) => Err(e),
-        }
-    }
 }
 
 #[async_trait]
@@ -615,6 +562,10 @@ impl Store for ZooKeeperStore {
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
         super::watch_at_most(self.wait_change(lock), max_wait).await
+    }
+
+    async fn stop_waiting(&self, lock: &str) {
+        self.leave_queue(lock).await
     }
 
     fn observing(&self) -> super::Observing {

@@ -211,12 +211,35 @@ impl ZooKeeperStore {
             let place = self.place.lock().unwrap();
             place.as_ref().filter(|p| p.lock != lock).map(|p| p.lock.clone())
         };
-        let Some(other) = other else { return };
+        if let Some(other) = other {
+            self.leave_place(&other).await;
+        }
+    }
+
+    /// Give up the place in `lock`'s queue (`Store::stop_waiting`): the watch and the node, if
+    /// this store waits for that lock. The node's session outlives the wait, so a place left
+    /// behind would hold up the waiter watching it for as long as this store lives.
+    pub(super) async fn leave_queue(&self, lock: &str) {
+        let waits_here = self.place.lock().unwrap().as_ref().is_some_and(|p| p.lock == lock);
+        if !waits_here {
+            return;
+        }
+        {
+            let mut slot = self.watching.lock().await;
+            if slot.as_ref().is_some_and(|w| w.lock == lock) {
+                *slot = None;
+            }
+        }
+        self.leave_place(lock).await;
+    }
+
+    /// Delete this store's node in `lock`'s queue, and forget it.
+    async fn leave_place(&self, lock: &str) {
         let reads = self.inner.lock().unwrap().reads.clone();
-        if let (Some(path), Some(zk)) = (self.place_path(&other), reads) {
+        if let (Some(path), Some(zk)) = (self.place_path(lock), reads) {
             let _ = request("leave", &zk, |c| c.delete(&path, None)).await;
         }
-        self.forget_place(&other);
+        self.forget_place(lock);
     }
 
     /// A waiting campaign is over (this store holds the lock now): drop the watch. The place in
