@@ -65,7 +65,7 @@ _leaderrun() {
 
     case "${cmd}" in
         leaderrun)
-            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --lock-delay --server-clock-skew --signal --identity --max-runtime --http --leader-file --conflict-exit-code --help --version status list release watch check init help"
+            opts="-v -q -E -h -V --lock --store --verbose --quiet --log-format --wait --timeout --min-hold --ttl --renew-every --kill-after --lock-delay --server-clock-skew --signal --identity --slots --max-runtime --http --leader-file --conflict-exit-code --help --version status list release watch check init help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -119,6 +119,10 @@ _leaderrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --slots)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --max-runtime)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -147,7 +151,7 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__check)
-            opts="-v -q -h --lock --token --store --verbose --quiet --log-format --help"
+            opts="-v -q -h --lock --token --slot --store --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -158,6 +162,10 @@ _leaderrun() {
                     return 0
                     ;;
                 --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slot)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -333,13 +341,21 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__release)
-            opts="-v -q -h --lock --store --verbose --quiet --log-format --json --help"
+            opts="-v -q -h --lock --slot --slots --store --verbose --quiet --log-format --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --lock)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slots)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -359,13 +375,21 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__status)
-            opts="-v -q -h --lock --store --verbose --quiet --log-format --json --help"
+            opts="-v -q -h --lock --slot --slots --store --verbose --quiet --log-format --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --lock)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slots)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -385,13 +409,17 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__watch)
-            opts="-v -q -h --lock --store --verbose --quiet --log-format --json --help"
+            opts="-v -q -h --lock --slot --store --verbose --quiet --log-format --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --lock)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slot)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leaderrun_global_optspecs
-    string join \n lock= store= v/verbose q/quiet log-format= wait timeout= min-hold= ttl= renew-every= kill-after= lock-delay= server-clock-skew= signal= identity= max-runtime= http= leader-file= E/conflict-exit-code= h/help V/version
+    string join \n lock= store= v/verbose q/quiet log-format= wait timeout= min-hold= ttl= renew-every= kill-after= lock-delay= server-clock-skew= signal= identity= slots= max-runtime= http= leader-file= E/conflict-exit-code= h/help V/version
 end
 
 function __fish_leaderrun_needs_command
@@ -37,9 +37,10 @@ complete -c leaderrun -n "__fish_leaderrun_needs_command" -l lock-delay -d 'Keep
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l server-clock-skew -d 'How far apart the wall clocks of the store\'s servers may be, for stores that judge expiry on them (PostgreSQL, MySQL, Redis, NATS): after a failover to a replica whose clock runs ahead, leases end that much early, so the holder stops its child that much sooner. Keep the servers NTP-synced and set this to the worst offset you allow' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l signal -d 'Signal that asks the child\'s process group to stop (name or number: TERM, SIGINT, 15)' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l identity -d 'This run\'s identity as shown by `leaderrun status`. Default: HOST:PID:RANDOM' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l slots -d 'Let up to N children of the lock run at once across the fleet: a semaphore of N slots' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l max-runtime -d 'Stop the child once it has run this long: --signal, then SIGKILL after --kill-after, as timeout(1) does, and exit 124. The lease is then released (kept for --min-hold in one-shot mode). The watchdog keeps this limit too, so a frozen leaderrun cannot extend it' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l http -d 'Serve /healthz, /readyz and /metrics (Prometheus) on ADDR (HOST:PORT, or :PORT for every interface), in leaders and standbys alike' -r
-complete -c leaderrun -n "__fish_leaderrun_needs_command" -l leader-file -d 'While this run leads, keep PATH holding {"lock", "identity", "token", "since"} as JSON, replaced whole at each change. It is removed when leadership ends, before leaderrun exits (by the watchdog if leaderrun itself dies). Its directory must exist' -r -F
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l leader-file -d 'While this run leads, keep PATH holding {"lock", "slot", "identity", "token", "since"} as JSON, replaced whole at each change. It is removed when leadership ends, before leaderrun exits (by the watchdog if leaderrun itself dies). Its directory must exist' -r -F
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lease is held by another (one-shot) or --timeout runs out' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -s q -l quiet -d 'Say only errors. By default leaderrun prints nothing unless something went wrong (a lost conflict is not wrong), so it stays quiet in cron'
@@ -54,6 +55,8 @@ complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "check" -d 'Exit 0 
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "init" -d 'Create the store\'s table now, or print the SQL that does it'
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l slot -d 'Only this slot (0 is the lock itself)' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l slots -d 'Slots 0 to N-1. Default: slot 0 and each further slot up to the first the store has never seen (runs take the lowest free slot first)' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
@@ -69,6 +72,8 @@ complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -s q -l quiet 
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -l json -d 'Print the result as JSON on stdout'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l slot -d 'Only this slot (0 is the lock itself)' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l slots -d 'Slots 0 to N-1. Default: slot 0 and each further slot up to the first the store has never seen (runs take the lowest free slot first)' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
@@ -77,6 +82,7 @@ complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s q -l qui
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l json -d 'Print the result as JSON on stdout'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand watch" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand watch" -l slot -d 'Follow this slot of a lock run with --slots (0 is the lock itself)' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand watch" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand watch" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
@@ -86,6 +92,7 @@ complete -c leaderrun -n "__fish_leaderrun_using_subcommand watch" -l json -d 'O
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand watch" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand check" -l lock -d 'The lock to ask about. Default: LEADERRUN_LOCK, the lock of the leaderrun whose child this is' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand check" -l token -d 'Say yes only for this fencing token: the lease that token was given with. Default inside a leaderrun child, for its own lock: LEADERRUN_FENCING_TOKEN' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand check" -l slot -d 'Ask about this slot of a lock run with --slots. Default: LEADERRUN_SLOT inside a leaderrun child, for its own lock; else 0, the lock itself' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand check" -l store -d 'Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379, nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, datastore://PROJECT/NAMESPACE; see STORES' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand check" -l log-format -d 'Format of leaderrun\'s own log lines on stderr' -r -f -a "text\t'`leaderrun: level: message key=value`'
 json\t'One JSON object per line'"
