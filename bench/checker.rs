@@ -117,8 +117,14 @@ pub fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], conf
     // The most children alive at one instant, over every slot: at most --slots.
     let mut edges: Vec<(u64, i64)> = ordered.iter().flat_map(|(_, l)| [(l.start, 1), (l.last, -1)]).collect();
     edges.sort_by_key(|&(t, step)| (t, step));
-    let most_at_once =
-        edges.iter().scan(0i64, |alive, &(_, step)| { *alive += step; Some(*alive) }).max().unwrap_or(0) as usize;
+    let most_at_once = edges
+        .iter()
+        .scan(0i64, |alive, &(_, step)| {
+            *alive += step;
+            Some(*alive)
+        })
+        .max()
+        .unwrap_or(0) as usize;
 
     // Failover gap per fault kind: from the end of the faulted holder's child (its last
     // sign of life, or the fault itself if that came later, as when the child is
@@ -169,7 +175,10 @@ pub fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], conf
     lines.push(format!("overlapping intervals: {overlaps} (longest {:.1} ms)", longest as f64 / 1e6));
     lines.push(format!("fencing tokens out of order: {disorder}"));
     if config.slots > 1 {
-        lines.push(format!("slots: {}; most children at once: {most_at_once}; children outside the slots: {outside}", config.slots));
+        lines.push(format!(
+            "slots: {}; most children at once: {most_at_once}; children outside the slots: {outside}",
+            config.slots
+        ));
     }
     if !epochs.is_empty() {
         lines.push(format!(
@@ -214,4 +223,3 @@ pub fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], conf
     lines.push(if failed { "RESULT: FAIL".into() } else { "RESULT: PASS (0 overlaps, tokens in order)".into() });
     Report { lines, failed }
 }
-

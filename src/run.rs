@@ -17,8 +17,8 @@ use crate::clock::{BootClock, Clock};
 use crate::elector::{Election, Elector, Mode, Outcome};
 use crate::exit;
 use crate::logging;
-use crate::slots;
 use crate::observe::{Event, Observer};
+use crate::slots;
 use crate::store::url::{self, Access, StoreSpec};
 use crate::store::{validate_lock_name, Store};
 use crate::timing::{validate_timeout, Requested};
@@ -275,4 +275,3 @@ async fn init(common: &CommonArgs, print_sql: bool) -> anyhow::Result<u8> {
         Err(err) => Ok(fail(exit::STORE_UNAVAILABLE, err)),
     }
 }
-

@@ -28,7 +28,6 @@ fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
     slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &etcd.url());
 }
 
-
 #[test]
 fn a_holder_rides_out_a_short_outage() {
     let (etcd, sb) = (Etcd::start(), Sandbox::new());

@@ -34,7 +34,6 @@ fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
     slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &pg.url());
 }
 
-
 /// Exits 69 with one line on stderr that shows the URL masked and never `secret`.
 fn assert_store_failure(out: &Output, secret: &str, case: &str) {
     let err = stderr_of(out);

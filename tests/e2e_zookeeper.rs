@@ -33,7 +33,6 @@ fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
     slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &zk.url());
 }
 
-
 #[test]
 fn a_wrong_password_exits_69_without_showing_it() {
     let (zk, sb) = (ZooKeeper::start(), Sandbox::new());

@@ -140,7 +140,10 @@ mod tests {
 
     #[test]
     fn outside_a_child_the_store_is_read_and_a_lock_is_needed() {
-        assert_eq!(resolve(Some("l".into()), Some(3), None, env(&[])).unwrap(), (asked("l", 0), Some(3), Source::Store));
+        assert_eq!(
+            resolve(Some("l".into()), Some(3), None, env(&[])).unwrap(),
+            (asked("l", 0), Some(3), Source::Store)
+        );
         assert!(resolve(None, None, None, env(&[])).unwrap_err().contains("--lock"));
         let bad = [("LEADERRUN_LOCK", "l"), ("LEADERRUN_FENCING_TOKEN", "x"), ("LEADERRUN_LEASE_FILE", "/f")];
         assert!(resolve(None, None, None, env(&bad)).unwrap_err().contains("LEADERRUN_FENCING_TOKEN"));

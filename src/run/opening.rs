@@ -135,7 +135,8 @@ pub(super) async fn open_and_fit(
     if matches!(plan.election.mode, Mode::Wait { .. }) {
         for _ in 1..plan.election.slots {
             let spec = &plan.spec;
-            slot_stores.push(Arc::from(retrying.call("reach the store", None, || url::open(spec, Access::Create)).await?));
+            slot_stores
+                .push(Arc::from(retrying.call("reach the store", None, || url::open(spec, Access::Create)).await?));
         }
     }
     Ok(Opened { store, slot_stores })

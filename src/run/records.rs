@@ -13,7 +13,11 @@ use super::{fail, open_for_reading, print};
 
 /// The records `status` and `release` act on, each with its slot; `None` and the status to
 /// exit with if the store cannot be read. `Some(slot)` only for a lock with slots.
-async fn slot_records(store: &Arc<dyn Store>, lock: &str, asked: &SlotsArg) -> Result<Vec<(Option<usize>, LockRecord)>, u8> {
+async fn slot_records(
+    store: &Arc<dyn Store>,
+    lock: &str,
+    asked: &SlotsArg,
+) -> Result<Vec<(Option<usize>, LockRecord)>, u8> {
     let read = match asked.slot {
         Some(slot) => SlotStore::new(store.clone(), slot).status(lock).await.map(|r| vec![(Some(slot), r)]),
         None => slots::read(store, lock, asked.slots).await.map(|records| {
@@ -71,8 +75,10 @@ pub(super) async fn list(common: &CommonArgs, json: bool) -> anyhow::Result<u8> 
         .collect();
     let mut text = String::new();
     if json {
-        let shown: Vec<Shown> =
-            records.iter().map(|(slot, r)| slot.map_or_else(|| Shown::from(r), |s| Shown::from(r).in_slot(s))).collect();
+        let shown: Vec<Shown> = records
+            .iter()
+            .map(|(slot, r)| slot.map_or_else(|| Shown::from(r), |s| Shown::from(r).in_slot(s)))
+            .collect();
         text = format!("{}\n", serde_json::to_string(&shown)?);
     } else if !records.is_empty() {
         text.push_str(&format!("{:<30} {:<5} {:>8} {:>11}  HOLDER\n", "LOCK", "STATE", "TOKEN", "EXPIRES IN"));
@@ -119,7 +125,8 @@ pub(super) async fn release(common: &CommonArgs, lock: &str, asked: &SlotsArg, j
             format!("{}\n", released_json(lock, Some(*slot), before))
         }
         (true, _) => {
-            let all: Vec<_> = revoked.iter().map(|(slot, before)| released_json(lock, Some(slot.unwrap_or(0)), before)).collect();
+            let all: Vec<_> =
+                revoked.iter().map(|(slot, before)| released_json(lock, Some(slot.unwrap_or(0)), before)).collect();
             format!("{}\n", serde_json::Value::Array(all))
         }
         (false, _) => revoked.iter().map(|(slot, before)| released_text(lock, *slot, before)).collect(),

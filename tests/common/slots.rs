@@ -55,7 +55,10 @@ pub fn assert_a_semaphore_of_three(sb: &Sandbox, url: &str) {
     let all = all.as_array().expect("status --json of a lock with slots is a list");
     assert_eq!(all.len(), 3, "{all:?}");
     for (i, record) in all.iter().enumerate() {
-        assert_eq!((record["lock"].as_str(), record["slot"].as_u64(), record["held"].as_bool()), (Some("pool"), Some(i as u64), Some(true)));
+        assert_eq!(
+            (record["lock"].as_str(), record["slot"].as_u64(), record["held"].as_bool()),
+            (Some("pool"), Some(i as u64), Some(true))
+        );
         assert_eq!(record["fencing_token"].as_u64(), Some(started(sb, ["a", "b", "c"][i]).1));
     }
     let one = json(&sb.output(sb.at(url, &["status", "--json", "--lock", "pool", "--slot", "1"])));

@@ -68,10 +68,7 @@ pub async fn slots_are_locks_of_their_own(h: &dyn Harness) {
     let before = slot(&d, 2).revoke(&lock).await.unwrap().expect("slot 2 was held");
     assert_eq!(before.holder.as_deref(), Some("c"));
     assert!(!slot(&a, 0).status(&lock).await.unwrap().revoked);
-    assert!(matches!(
-        slot(&a, 0).acquire(&lock, "e", TTL).await.unwrap(),
-        Acquire::Held(_) | Acquire::Unproven { .. }
-    ));
+    assert!(matches!(slot(&a, 0).acquire(&lock, "e", TTL).await.unwrap(), Acquire::Held(_) | Acquire::Unproven { .. }));
 }
 
 /// A standby that stops waiting for a lock (its run won another slot) gives up its place among

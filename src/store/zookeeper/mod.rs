@@ -257,7 +257,6 @@ impl ZooKeeperStore {
         self.give_back(zk);
         Ok(if granted >= session { wanted } else { longest_ttl_within(granted, self.tick) })
     }
-
 }
 
 #[async_trait]
