@@ -312,8 +312,9 @@ pub struct RunArgs {
     /// With --wait: give up after this long, exit with --conflict-exit-code. It bounds the
     /// whole wait, reaching the store included (a store still unreachable then exits 69).
     /// Without --wait it bounds how long a one-shot run watches a lease on a store with no
-    /// server-side expiry (Kubernetes, S3) whose holder may have died (at most one ttl
-    /// otherwise), and how long it retries a store that fails for a moment, such as a cluster
+    /// server-side expiry (Kubernetes, S3) whose holder may have died (at most one ttl, + the
+    /// holder's --lock-delay, otherwise), and how long it retries a store that fails for a
+    /// moment, such as a cluster
     /// electing a leader (5s otherwise, 15s on a replicated NATS bucket, and at most half of
     /// --min-hold) before it exits 69.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_TIMEOUT")]
