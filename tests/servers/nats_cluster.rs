@@ -70,12 +70,33 @@ impl NatsCluster {
         })
     }
 
+    /// Wait for a meta leader that sees both other servers current: until then a replicated
+    /// bucket cannot be placed ("no suitable peers for placement, peer offline"), which on a
+    /// loaded machine can last a while after the leader is elected.
     fn wait_for_meta_leader(&self, within: Duration) {
         let started = Instant::now();
-        while self.meta_leader().is_none() {
-            assert!(started.elapsed() < within, "the NATS cluster elected no JetStream meta leader within {within:?}");
+        while self.meta_leader().is_none() || !self.every_peer_current() {
+            assert!(
+                started.elapsed() < within,
+                "the NATS cluster had no JetStream meta leader with every peer current within {within:?}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether a server that knows the meta leader reports the other two servers current.
+    fn every_peer_current(&self) -> bool {
+        self.nodes.iter().filter(|node| node.pid().is_some()).any(|node| {
+            let Some(json) = node.monitor_get("/jsz").and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+            else {
+                return false;
+            };
+            let meta = &json["meta_cluster"];
+            let replicas = meta["replicas"].as_array().map(Vec::as_slice).unwrap_or_default();
+            meta["leader"].as_str().is_some_and(|l| !l.is_empty())
+                && replicas.len() == self.nodes.len() - 1
+                && replicas.iter().all(|r| r["current"].as_bool() == Some(true) && r["offline"].as_bool() != Some(true))
+        })
     }
 
     /// The index of the server named `name` (`n0`, `n1`, `n2`).

@@ -67,7 +67,7 @@ async fn a_slot_granted_to_an_acquire_still_on_its_way_is_given_back() {
     // are granted, and the campaign that answers second is dropped before its answer is read.
     s.store.set_acquire(Behaviour::Late(secs(1.0)));
     let mut child = s.recorder(Some(secs(30.0)), true);
-    let mut elector = with_slots(&mut s, "a", Mode::Wait { until: None }, 2);
+    let elector = with_slots(&mut s, "a", Mode::Wait { until: None }, 2);
     let run = tokio::spawn(async move { (elector.run(&mut child).await, child.slot) });
     tokio::time::sleep(secs(10.0)).await;
     let held: Vec<usize> = (0..2).filter(|&i| s.store.expiry(&slot(i)).is_some()).collect();
