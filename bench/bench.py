@@ -2347,7 +2347,7 @@ def cluster_section(results: dict, cfg: dict) -> list:
               "leader) and the time until another node says it leads, polled every 50 ms, with no leaderrun "
               "process involved: the failover time in DESIGN.md §9's rule (a node's loss costs no lease whose ttl "
               "exceeds it plus two renewal attempts). ZooKeeper's session move to another server, which the rule "
-              "also counts there, is not in this figure: see README's ZooKeeper section.", ""]
+              "also counts there, is not in this figure: see docs/stores/zookeeper.md.", ""]
     rows = []
     for r in results.get("cluster_engine", []):
         if "error" in r:

@@ -36,7 +36,7 @@ pub const MAX_LONG: Duration = Duration::from_secs(31 * 24 * 3600);
 pub const ONE_SHOT_MIN_HOLD: Duration = Duration::from_secs(10);
 
 /// How long a one-shot run without --timeout goes on retrying a store that fails transiently
-/// (a cluster electing a new leader: etcd takes 0.4–2.3 s, see README's per-store figures)
+/// (a cluster electing a new leader: etcd takes 0.4–2.3 s, see docs/clusters.md)
 /// before it exits 69. Short enough that a late host still meets the firing's holder in the
 /// store (see `Timing::one_shot_retry`), long enough for an election at the engines' defaults.
 pub const ONE_SHOT_RETRY: Duration = Duration::from_secs(5);

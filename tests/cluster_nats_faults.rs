@@ -4,7 +4,7 @@
 //! connected to, or its freeze (SIGSTOP) for 10 s; one-shot runs succeed with a server down
 //! listed first, or with the bucket stream's leader just killed. The SIGKILL of the stream's
 //! leader costs an election of 4 to 10 s at nats-server's defaults: a holder rides it out at
-//! the ttl README states (not at the default: see `measure_failover`).
+//! the ttl docs/stores/nats.md states (not at the default: see `measure_failover`).
 //!
 //! No timing is asserted: a fault is held, then the lease is checked once more than a ttl
 //! has passed since (a holder that lost its lease would have exited 75 by then).

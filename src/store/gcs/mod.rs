@@ -30,7 +30,7 @@
 //!
 //! Cloud Storage allows about one write per second to one object: the renewals of a
 //! `--ttl` under about 5 s would reach it (a 429 is an outage, which the elector retries
-//! until the lease is spent). README "Cloud Storage" says so.
+//! until the lease is spent). docs/stores/gcs.md says so.
 //!
 //! A run first checks that the server honours preconditions (`probe.rs`); `status`, `list`
 //! and `release` check once that the bucket exists. 401/403 and a missing bucket are
