@@ -2375,6 +2375,44 @@ QUICK = dict(FULL, hf_warmup=5, hf_runs=40, handoffs=30, herd=20, herd_settle=4.
              cluster_handoffs=20, cluster_reps=1, cluster_oneshots=2, cluster_failover_trials=3)
 
 
+def section_args(doc: str) -> argparse.Namespace:
+    """The flags of a section script (observe.py, slots.py): --store, --no-build, --out."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--store", action="append", help="only this store (repeatable)")
+    ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--out", type=Path, help="also write the section here")
+    args = ap.parse_args()
+    prepare(build=not args.no_build)
+    return args
+
+
+def each_session(wanted: Callable[[Store], bool], prefix: str):
+    """Each store that `wanted` accepts, its server started, as a Session for the caller's loop
+    body; the server is stopped after it, and every process and the temporary directory are
+    cleaned up at the end, whatever happens."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        for store in [s for s in STORES if wanted(s)]:
+            say(f"[{store.name}] starting")
+            with Procs(f"{MARK}-server-{store.name}") as server_procs:
+                session = store_session(store, tmp, server_procs)
+                try:
+                    yield session
+                finally:
+                    if store.stop:
+                        store.stop(session.info)
+    finally:
+        Procs(MARK).cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_section(text: str, out: Optional[Path]) -> int:
+    print(text)
+    if out:
+        out.write_text(text)
+    return 0
+
+
 def prepare(build: bool) -> None:
     if build:
         cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")

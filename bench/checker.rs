@@ -147,11 +147,24 @@ pub fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], conf
         }
     }
     // False losses: a wrapper that exited 75 (lease lost) though no fault that may cost
-    // the lease was applied to it.
+    // the lease was applied to it. With --slots, a fault on the store itself (a server killed
+    // or frozen, `leaderrun release`, which stands every slot down) applied while the wrapper's
+    // child ran may cost its lease too.
+    let hit_while_running = |identity: &String, exit_at: u64| {
+        let Some(life) = lives.get(identity) else { return false };
+        applied.iter().any(|a| {
+            config.slots > 1
+                && a.fault.hits_every_holder()
+                && a.fault.may_lose_lease()
+                && (life.start..=exit_at).contains(&a.at)
+        })
+    };
     let false_losses: Vec<&(String, i32, u64)> = exits
         .iter()
-        .filter(|(identity, code, _)| {
-            *code == 75 && !applied.iter().any(|a| &a.holder == identity && a.fault.may_lose_lease())
+        .filter(|(identity, code, at)| {
+            *code == 75
+                && !applied.iter().any(|a| &a.holder == identity && a.fault.may_lose_lease())
+                && !hit_while_running(identity, *at)
         })
         .collect();
 

@@ -155,6 +155,12 @@ impl Fault {
                 | Fault::CutHolderNetwork
         )
     }
+
+    /// Whether the fault hits the store itself, and so every holder at once: with --slots, the
+    /// holders of the other slots may lose their leases to it too.
+    fn hits_every_holder(self) -> bool {
+        matches!(self, Fault::Release | Fault::KillServer | Fault::FreezeServer)
+    }
 }
 
 struct Config {

@@ -11,12 +11,9 @@ It reuses bench.py's servers and helpers (same release binary, same Procs sweep)
     python3 bench/observe.py [--store NAME ...] [--no-build] [--out FILE]
 """
 
-import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -109,40 +106,20 @@ def report(checks: list, watches: list) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", action="append", help="only this store (repeatable)")
-    ap.add_argument("--no-build", action="store_true")
-    ap.add_argument("--out", type=Path, help="also write the section here")
-    args = ap.parse_args()
-    b.prepare(build=not args.no_build)
-    tmp = Path(tempfile.mkdtemp(prefix="leaderrun-observe-"))
+    args = b.section_args(__doc__)
     checks, watches = [], []
-    try:
-        for store in [s for s in b.STORES if not args.store or s.name in args.store]:
-            b.say(f"[{store.name}] starting")
-            with b.Procs(f"{b.MARK}-server-{store.name}") as server_procs:
-                session = b.store_session(store, tmp, server_procs)
-                try:
-                    if store.name in CHECK_STORES:
-                        try:
-                            checks.append(fig_check(session, f"{b.MARK}-fig"))
-                        except Exception as err:
-                            checks.append({"store": store.name, "error": repr(err)})
-                    try:
-                        watches.append(fig_watch(session, f"{b.MARK}-fig"))
-                    except Exception as err:
-                        watches.append({"store": store.name, "error": repr(err)})
-                finally:
-                    if store.stop:
-                        store.stop(session.info)
-    finally:
-        b.Procs(b.MARK).cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
-    text = report(checks, watches)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    for session in b.each_session(lambda s: not args.store or s.name in args.store, "leaderrun-observe-"):
+        store = session.store
+        if store.name in CHECK_STORES:
+            try:
+                checks.append(fig_check(session, f"{b.MARK}-fig"))
+            except Exception as err:
+                checks.append({"store": store.name, "error": repr(err)})
+        try:
+            watches.append(fig_watch(session, f"{b.MARK}-fig"))
+        except Exception as err:
+            watches.append({"store": store.name, "error": repr(err)})
+    return b.write_section(report(checks, watches), args.out)
 
 
 if __name__ == "__main__":

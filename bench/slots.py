@@ -13,10 +13,7 @@ It reuses bench.py's servers and helpers (same release binary, same Procs sweep)
     python3 bench/slots.py [--store NAME ...] [--no-build] [--out FILE]
 """
 
-import argparse
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -112,34 +109,15 @@ def report(rows: list) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", action="append", help="only this store (repeatable)")
-    ap.add_argument("--no-build", action="store_true")
-    ap.add_argument("--out", type=Path, help="also write the section here")
-    args = ap.parse_args()
-    b.prepare(build=not args.no_build)
-    tmp = Path(tempfile.mkdtemp(prefix="leaderrun-slots-"))
+    args = b.section_args(__doc__)
     rows = []
-    try:
-        for store in [s for s in b.STORES if s.name in PUSH_STORES and (not args.store or s.name in args.store)]:
-            b.say(f"[{store.name}] starting")
-            with b.Procs(f"{b.MARK}-server-{store.name}") as server_procs:
-                session = b.store_session(store, tmp, server_procs)
-                try:
-                    rows.append(fig_slots(session, f"{b.MARK}-fig"))
-                except Exception as err:
-                    rows.append({"store": store.name, "failure": repr(err)})
-                finally:
-                    if store.stop:
-                        store.stop(session.info)
-    finally:
-        b.Procs(b.MARK).cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
-    text = report(rows)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    wanted = lambda s: s.name in PUSH_STORES and (not args.store or s.name in args.store)  # noqa: E731
+    for session in b.each_session(wanted, "leaderrun-slots-"):
+        try:
+            rows.append(fig_slots(session, f"{b.MARK}-fig"))
+        except Exception as err:
+            rows.append({"store": session.store.name, "failure": repr(err)})
+    return b.write_section(report(rows), args.out)
 
 
 if __name__ == "__main__":

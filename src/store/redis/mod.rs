@@ -445,6 +445,10 @@ impl Store for RedisStore {
         release_feed::wait_for_release(self, &self.pubsub, open, lock, max_wait, TIMEOUT, POLL).await
     }
 
+    async fn stop_waiting(&self, lock: &str) {
+        self.waker.leave(&self.key("wake", lock));
+    }
+
     /// A renewal is not published, and an expiry is silent (`observe.rs`).
     fn observing(&self) -> Observing {
         Observing::PushesWrites

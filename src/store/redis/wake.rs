@@ -118,6 +118,16 @@ impl Waker {
         }
     }
 
+    /// Stop waiting on `key` (`Store::stop_waiting`): a BLPOP left blocked there would take the
+    /// next release's element, a turn that nobody takes then.
+    pub fn leave(&self, key: &str) {
+        let blocked_here =
+            self.state.try_lock().is_ok_and(|state| state.blocked.as_ref().is_some_and(|(_, on)| on == key));
+        if blocked_here {
+            self.close();
+        }
+    }
+
     /// A connection with no answer timeout (a BLPOP answers only when woken).
     async fn connect(&self) -> Result<MultiplexedConnection, RedisError> {
         let config =

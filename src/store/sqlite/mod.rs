@@ -412,7 +412,7 @@ impl Store for SqliteStore {
     ///
     /// The kernel tells of a write to the log before its commit can be read (SQLite makes a
     /// commit visible after writing and syncing it), so a write seen is followed until the
-    /// database's `data_version` moves (a local read, every few ms, for at most `SETTLE`):
+    /// database's `data_version` moves (local reads, further apart each time, for at most `SETTLE`):
     /// only then does the caller's read see it.
     async fn observe_change(&self, _lock: &str, max_wait: Duration) {
         /// How long a wait lasts without a watch (inotify refused): the caller reads about
@@ -420,7 +420,12 @@ impl Store for SqliteStore {
         const POLL_WITHOUT_WATCH: Duration = Duration::from_secs(1);
         /// The longest a write seen is followed (a checkpoint writes without a commit).
         const SETTLE: Duration = Duration::from_secs(1);
-        const SETTLE_STEP: Duration = Duration::from_millis(5);
+        /// The first wait between two reads of `data_version`; each wait doubles, up to
+        /// `SETTLE_STEP_MAX`. One commit can wake this twice (its log written in two steps, the
+        /// second seen after the first was followed): the second is followed with about ten
+        /// reads, not one every few milliseconds for the whole `SETTLE`.
+        const SETTLE_STEP: Duration = Duration::from_millis(2);
+        const SETTLE_STEP_MAX: Duration = Duration::from_millis(250);
         let deadline = tokio::time::Instant::now() + max_wait;
         let poll = || tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + POLL_WITHOUT_WATCH));
         let Ok(mut slot) = self.watching.try_lock() else { return poll().await };
@@ -439,13 +444,15 @@ impl Store for SqliteStore {
             Ok(observe::Seen::Gone) => *slot = None,
             Ok(observe::Seen::Written) => {
                 let settled = deadline.min(tokio::time::Instant::now() + SETTLE);
+                let mut step = SETTLE_STEP;
                 while tokio::time::Instant::now() < settled {
                     let now = self.data_version().await;
                     if now != *seen {
                         *seen = now;
                         return;
                     }
-                    tokio::time::sleep(SETTLE_STEP).await;
+                    tokio::time::sleep(step.min(settled.saturating_duration_since(tokio::time::Instant::now()))).await;
+                    step = (step * 2).min(SETTLE_STEP_MAX);
                 }
             }
         }
