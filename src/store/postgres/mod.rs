@@ -67,21 +67,27 @@ use sqlx::{AssertSqlSafe, ConnectOptions, Postgres, Row, SqlSafeStr, SqlStr};
 use tokio::sync::Mutex;
 use tokio::time::timeout;
 
-use super::release_feed::{self, Heard, ReleaseFeed};
+use super::release_feed;
 use super::url::{redact, Access};
 use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
+use conn::Conn;
+use errors::{describe, no_kept_column, sqlstate, transient};
 use observe::{Changes, CHANGE_CHANNEL};
 pub use statements::schema_sql;
-use statements::{Sql, Value};
+use statements::{micros, record_from, Sql, Value};
 pub use target::Target;
 #[cfg(test)]
 use target::{split_url, valid_table};
-use turns::{Note, Turns, TURN_CHANNEL};
+use turns::{Turns, TURN_CHANNEL};
+use waiting::Waiting;
 
+mod conn;
+mod errors;
 mod observe;
 mod statements;
 mod target;
 mod turns;
+mod waiting;
 
 /// The table used unless the URL says `?table=NAME`.
 pub const DEFAULT_TABLE: &str = "leaderrun_locks";
@@ -313,119 +319,6 @@ impl PostgresStore {
     }
 }
 
-/// The store's connection for one call. Unless the call says it ended well (`done`), the
-/// connection is dropped when this is: a call that failed may have lost it, and one that was
-/// cancelled (the elector's timeout) may have left a statement half sent or unread.
-struct Conn<'a> {
-    slot: tokio::sync::MutexGuard<'a, Option<PoolConnection<Postgres>>>,
-    kept: bool,
-}
-
-impl Conn<'_> {
-    fn done(mut self, ok: bool) {
-        self.kept = ok;
-    }
-}
-
-impl std::ops::Deref for Conn<'_> {
-    type Target = sqlx::PgConnection;
-    fn deref(&self) -> &Self::Target {
-        self.slot.as_ref().expect("a connection is in the slot while a call holds it")
-    }
-}
-
-impl std::ops::DerefMut for Conn<'_> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        self.slot.as_mut().expect("a connection is in the slot while a call holds it")
-    }
-}
-
-impl Drop for Conn<'_> {
-    fn drop(&mut self) {
-        if !self.kept {
-            self.slot.take();
-        }
-    }
-}
-
-/// What went wrong, in one line, from sqlx's error (never from the connect options).
-fn describe(err: &sqlx::Error) -> String {
-    let what = match err {
-        sqlx::Error::Database(db) => match db.code() {
-            Some(code) => format!("{} (SQLSTATE {code})", db.message()),
-            None => db.message().to_string(),
-        },
-        sqlx::Error::Io(e) => format!("cannot reach the server: {e}"),
-        sqlx::Error::PoolTimedOut => format!("no connection within {}s", ACQUIRE_TIMEOUT.as_secs()),
-        // sqlx nests these, each saying "error with configuration: ".
-        sqlx::Error::Configuration(e) => e.to_string().replace("error with configuration: ", ""),
-        other => other.to_string(),
-    };
-    what.replace('\n', " ")
-}
-
-fn sqlstate(err: &sqlx::Error) -> Option<String> {
-    match err {
-        sqlx::Error::Database(db) => db.code().map(|code| code.into_owned()),
-        _ => None,
-    }
-}
-
-/// Whether an error may pass if the call is retried.
-fn transient(err: &sqlx::Error) -> bool {
-    match err {
-        sqlx::Error::Database(db) => {
-            let code = db.code().unwrap_or_default();
-            code.starts_with("08") // connection exception
-                || code.starts_with("53") // insufficient resources (too many connections, ...)
-                || matches!(
-                    &*code,
-                    "57P01" | "57P02" | "57P03" // admin / crash shutdown, cannot connect now
-                        | "57014" // query canceled (statement_timeout)
-                        | "40001" | "40P01" // serialization failure, deadlock
-                        | "55P03" // lock not available
-                        | "25006" // read-only transaction: a standby, during a failover
-                        | "58030" // I/O error
-                )
-        }
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => true,
-        _ => false,
-    }
-}
-
-/// A table made before the `kept` column (undefined_column, naming it).
-fn no_kept_column(err: &sqlx::Error) -> bool {
-    sqlstate(err).as_deref() == Some("42703") && err.to_string().contains("kept")
-}
-
-fn record_from(row: &PgRow) -> LockRecord {
-    let holder: Option<String> = row.get("holder");
-    let token: i64 = row.get("token");
-    let revoked: bool = row.get("revoked");
-    let kept: bool = row.get("kept");
-    let acquired_us: i64 = row.get("acquired_us");
-    let left_us: i64 = row.get("left_us");
-    let live = holder.is_some() && left_us > 0;
-    LockRecord {
-        lock: row.get("name"),
-        holder: holder.filter(|_| live),
-        token: token as u64,
-        held_since: live.then(|| UNIX_EPOCH + Duration::from_micros(acquired_us.max(0) as u64)),
-        expires_in: live.then(|| Duration::from_micros(left_us as u64)),
-        revoked: live && revoked,
-        campaigner: None,
-        kept: live && kept,
-    }
-}
-
-fn micros(d: Duration) -> i64 {
-    d.as_micros().min(i64::MAX as u128) as i64
-}
-
 /// The calls themselves, on the store's connection (`Store` below takes and keeps it).
 impl PostgresStore {
     async fn acquire_on(
@@ -617,45 +510,6 @@ impl Store for PostgresStore {
     async fn observe_change(&self, lock: &str, max_wait: Duration) {
         let open = || async { self.listen_for_changes().await.map_err(|err| err.message) };
         release_feed::observe(&self.watching, open, lock, max_wait, ACQUIRE_TIMEOUT).await
-    }
-}
-
-/// A waiter's listener, and what it heard so far (`turns.rs`).
-struct Waiting {
-    listener: PgListener,
-    turns: Turns,
-}
-
-/// A lock is announced released to the waiter whose turn it is at once, to the others after
-/// their stagger unless it was taken meanwhile (to every waiter at once when nobody was
-/// picked, after `TURN_GRACE` for a plain release with no turn).
-#[async_trait]
-impl ReleaseFeed for Waiting {
-    async fn next(&mut self) -> Heard {
-        let received = match self.turns.due() {
-            Some(due) => match tokio::time::timeout_at(due, self.listener.try_recv()).await {
-                Ok(received) => received,
-                Err(_) => {
-                    self.turns.lapse();
-                    return Heard::Released(self.turns.lock().to_string());
-                }
-            },
-            None => self.listener.try_recv().await,
-        };
-        match received {
-            Ok(Some(notification)) => {
-                tracing::trace!(channel = notification.channel(), payload = notification.payload(), "heard");
-                let note = Note::parse(notification.channel(), notification.payload());
-                let now = tokio::time::Instant::now();
-                if note.is_some_and(|note| self.turns.heard(note, now, turns::stagger())) {
-                    Heard::Released(self.turns.lock().to_string())
-                } else {
-                    Heard::Nothing
-                }
-            }
-            // The connection was lost: a release may have gone unheard.
-            Ok(None) | Err(_) => Heard::Lost,
-        }
     }
 }
 

@@ -183,3 +183,28 @@ pub fn schema_sql(table: &str) -> String {
 )"
     )
 }
+
+/// A row of the table as the store reports it.
+pub(super) fn record_from(row: &PgRow) -> LockRecord {
+    let holder: Option<String> = row.get("holder");
+    let token: i64 = row.get("token");
+    let revoked: bool = row.get("revoked");
+    let kept: bool = row.get("kept");
+    let acquired_us: i64 = row.get("acquired_us");
+    let left_us: i64 = row.get("left_us");
+    let live = holder.is_some() && left_us > 0;
+    LockRecord {
+        lock: row.get("name"),
+        holder: holder.filter(|_| live),
+        token: token as u64,
+        held_since: live.then(|| UNIX_EPOCH + Duration::from_micros(acquired_us.max(0) as u64)),
+        expires_in: live.then(|| Duration::from_micros(left_us as u64)),
+        revoked: live && revoked,
+        campaigner: None,
+        kept: live && kept,
+    }
+}
+
+pub(super) fn micros(d: Duration) -> i64 {
+    d.as_micros().min(i64::MAX as u128) as i64
+}
