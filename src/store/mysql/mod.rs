@@ -45,20 +45,26 @@
 //! The password never appears in a message: every message names the store by
 //! `url::redact`, and anything that might echo it is scrubbed.
 
+mod errors;
 pub mod hint;
 mod relief;
+mod target;
 
 use std::future::Future;
-use std::str::FromStr;
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rand::Rng;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
 
-use super::url::{percent_decode, redact, Access};
+use super::url::Access;
 use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreError};
+use errors::{describe, duplicate, is_undone, kind_of, no_kept_column, no_table, number};
+use target::scrub;
+#[cfg(test)]
+use target::{connect_options, passwords, query_pairs, SQLX_OPTIONS};
+pub use target::{schema_sql, table_of, Target};
 
 /// The table used unless the URL says `?table=`.
 pub const DEFAULT_TABLE: &str = "leaderrun_locks";
@@ -81,126 +87,6 @@ const ATTEMPTS: u32 = 6;
 
 /// Rounds of "update failed, yet the lock looked free" before an acquire gives up.
 const ACQUIRE_ROUNDS: u32 = 5;
-
-/// The URL options passed on to sqlx, with sqlx's aliases (everything else but `table`
-/// is refused).
-const SQLX_OPTIONS: &[&str] =
-    &["ssl-mode", "sslmode", "ssl-ca", "sslca", "ssl-cert", "sslcert", "ssl-key", "sslkey", "socket"];
-
-/// The table's definition, for `CREATE TABLE IF NOT EXISTS` on first use and for
-/// `leaderrun init --print-sql`. `table` must be a valid name (see [`table_of`]).
-pub fn schema_sql(table: &str) -> String {
-    format!(
-        "CREATE TABLE IF NOT EXISTS `{table}` (
-    name        VARBINARY(1020) NOT NULL PRIMARY KEY,  -- the lock name in UTF-8, compared byte for byte
-    holder      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,  -- NULL when released
-    token       BIGINT UNSIGNED NOT NULL,   -- fencing token: +1 on every acquisition, never reset
-    acquired_at DATETIME(6) NOT NULL,       -- UTC, on the server's clock
-    expires_at  DATETIME(6) NOT NULL,       -- UTC, on the server's clock: the lease lapses then
-    revoked     BOOLEAN NOT NULL DEFAULT 0, -- 1: `leaderrun release` asked the holder to stand down
-    kept        BOOLEAN NOT NULL DEFAULT 0  -- 1: released, kept until expires_at for --min-hold
-) ENGINE=InnoDB"
-    )
-}
-
-/// A `mysql://` or `mariadb://` URL, parsed once while the command line is checked.
-#[derive(Clone)]
-pub struct Target {
-    /// The URL without its password, for messages.
-    pub shown: String,
-    options: MySqlConnectOptions,
-    table: String,
-    /// What to scrub from any message.
-    secrets: Vec<String>,
-}
-
-impl Target {
-    /// Parse the URL: leaderrun's `table=` and the options sqlx knows; anything else is
-    /// refused. The reason never holds the password.
-    pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        let secrets = passwords(url);
-        let parsed = table_of(url).and_then(|table| Ok((table, connect_options(url)?)));
-        let (table, options) = parsed.map_err(|e| scrub(e, &secrets))?;
-        Ok(Self { shown: redact(url), options, table, secrets })
-    }
-
-    /// The table's name (`?table=`, checked).
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-}
-
-/// The table a store URL names with `?table=`, checked; the default if none.
-pub fn table_of(url: &str) -> std::result::Result<String, String> {
-    let mut table = DEFAULT_TABLE.to_string();
-    for (key, value) in query_pairs(url) {
-        if key == "table" {
-            table = value.to_string();
-        }
-    }
-    let mut chars = table.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok || table.len() > 64 || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!(
-            "table={table:?} is not a valid table name (1-64 of A-Z, a-z, 0-9, _; not starting with a digit)"
-        ));
-    }
-    Ok(table)
-}
-
-/// The `key=value` pairs of a URL's query (not percent-decoded: the keys we know need none).
-fn query_pairs(url: &str) -> impl Iterator<Item = (&str, &str)> {
-    let query = url.split_once('#').map_or(url, |(u, _)| u).split_once('?').map_or("", |(_, q)| q);
-    query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")))
-}
-
-/// sqlx's connect options for a store URL: `mariadb://` becomes `mysql://` (the only
-/// scheme sqlx knows), `table=` is taken out, unknown options are refused.
-fn connect_options(url: &str) -> std::result::Result<MySqlConnectOptions, String> {
-    let (_, rest) = url.split_once("://").ok_or("expected mysql://USER:PASSWORD@HOST:PORT/DATABASE")?;
-    let base = rest.split_once('?').map_or(rest, |(b, _)| b);
-    let mut kept = Vec::new();
-    for (key, value) in query_pairs(url) {
-        match key {
-            "table" => {}
-            k if SQLX_OPTIONS.contains(&k) => kept.push(format!("{key}={value}")),
-            other => {
-                return Err(format!(
-                    "unknown option {other:?} (known: table, ssl-mode, ssl-ca, ssl-cert, ssl-key, socket)"
-                ))
-            }
-        }
-    }
-    let query = if kept.is_empty() { String::new() } else { format!("?{}", kept.join("&")) };
-    let options = MySqlConnectOptions::from_str(&format!("mysql://{base}{query}"))
-        // sqlx's parse errors do not echo the URL; ours are scrubbed again anyway.
-        .map_err(|e| format!("not a valid MySQL URL: {e}"))?;
-    // A wait in GET_LOCK is slow by design: sqlx's slow-statement warning would print on
-    // every wait.
-    Ok(options
-        .log_statements(tracing::log::LevelFilter::Trace)
-        .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(1)))
-}
-
-/// The password as written in the URL and as decoded, to scrub from any message.
-fn passwords(url: &str) -> Vec<String> {
-    let Some((_, rest)) = url.split_once("://") else { return Vec::new() };
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let Some((userinfo, _)) = authority.rsplit_once('@') else { return Vec::new() };
-    let Some((_, raw)) = userinfo.split_once(':') else { return Vec::new() };
-    let mut found = vec![raw.to_string(), percent_decode(raw)];
-    found.retain(|p| !p.is_empty());
-    found.dedup();
-    found
-}
-
-/// `message` with every occurrence of a secret replaced by `***`.
-fn scrub(mut message: String, secrets: &[String]) -> String {
-    for secret in secrets {
-        message = message.replace(secret.as_str(), "***");
-    }
-    message
-}
 
 pub struct MySqlStore {
     pool: MySqlPool,
@@ -415,73 +301,6 @@ fn record_from(lock: String, row: &MySqlRow) -> sqlx::Result<LockRecord> {
 /// well inside DATETIME's range).
 fn micros(d: Duration) -> i64 {
     d.as_micros().min(100 * 365 * 86_400 * 1_000_000) as i64
-}
-
-fn server_error(err: &sqlx::Error) -> Option<&MySqlDatabaseError> {
-    match err {
-        sqlx::Error::Database(db) => db.try_downcast_ref::<MySqlDatabaseError>(),
-        _ => None,
-    }
-}
-
-fn number(err: &sqlx::Error) -> Option<u16> {
-    server_error(err).map(MySqlDatabaseError::number)
-}
-
-/// 1146: the table does not exist.
-/// A table made before the `kept` column (ER_BAD_FIELD_ERROR naming it).
-fn no_kept_column(err: &sqlx::Error) -> bool {
-    number(err) == Some(1054) && err.to_string().contains("kept")
-}
-
-fn no_table(err: &sqlx::Error) -> bool {
-    number(err) == Some(1146)
-}
-
-/// 1062: another racer inserted the row first.
-fn duplicate(err: &sqlx::Error) -> bool {
-    number(err) == Some(1062)
-}
-
-/// A deadlock (1213) or lock wait timeout (1205): InnoDB undid the statement, so running
-/// it again is safe.
-fn is_undone(err: &sqlx::Error) -> bool {
-    matches!(number(err), Some(1205 | 1213))
-}
-
-/// Server errors that may pass if retried: the above, too many connections (1040),
-/// shutdown in progress (1053), aborted / killed / interrupted connections and network
-/// errors (1152-1161, 1317, 1927, 4031), read-only during a failover (1290, 1792, 1836),
-/// server gone (2006, 2013, when a server reports them).
-const TRANSIENT: &[u16] = &[
-    1040, 1053, 1152, 1153, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1205, 1213, 1290, 1317, 1792, 1836, 1927,
-    2006, 2013, 4031,
-];
-
-/// Unavailable (worth retrying) or refused (bad credentials, no permission, unknown
-/// database 1044/1045/1049/1142, bad configuration, anything unexpected).
-fn kind_of(err: &sqlx::Error) -> ErrorKind {
-    match err {
-        sqlx::Error::Database(_) => match number(err) {
-            Some(n) if TRANSIENT.contains(&n) => ErrorKind::Unavailable,
-            _ => ErrorKind::Refused,
-        },
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::BeginFailed => ErrorKind::Unavailable,
-        _ => ErrorKind::Refused,
-    }
-}
-
-/// What went wrong, in words: the server's own message with its error number, or sqlx's.
-fn describe(err: &sqlx::Error) -> String {
-    match server_error(err) {
-        Some(db) => format!("{} (error {})", db.message(), db.number()),
-        None => err.to_string(),
-    }
 }
 
 #[async_trait]
