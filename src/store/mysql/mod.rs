@@ -63,7 +63,7 @@ use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreEr
 use errors::{describe, duplicate, is_undone, kind_of, no_kept_column, no_table, number};
 use target::scrub;
 #[cfg(test)]
-use target::{connect_options, passwords, query_pairs, SQLX_OPTIONS};
+use target::{connect_options, passwords};
 pub use target::{schema_sql, table_of, Target};
 
 /// The table used unless the URL says `?table=`.
