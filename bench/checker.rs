@@ -151,13 +151,10 @@ pub fn check(log: &Path, applied: &[Applied], exits: &[(String, i32, u64)], conf
     // or frozen, `leaderrun release`, which stands every slot down) applied while the wrapper's
     // child ran may cost its lease too.
     let hit_while_running = |identity: &String, exit_at: u64| {
-        let Some(life) = lives.get(identity) else { return false };
-        applied.iter().any(|a| {
-            config.slots > 1
-                && a.fault.hits_every_holder()
-                && a.fault.may_lose_lease()
-                && (life.start..=exit_at).contains(&a.at)
-        })
+        let Some(life) = lives.get(identity).filter(|_| config.slots > 1) else { return false };
+        applied
+            .iter()
+            .any(|a| a.fault.hits_every_holder() && a.fault.may_lose_lease() && (life.start..=exit_at).contains(&a.at))
     };
     let false_losses: Vec<&(String, i32, u64)> = exits
         .iter()

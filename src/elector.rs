@@ -369,11 +369,9 @@ impl Elector {
             return Outcome::StartFailed(err);
         }
         self.observer.event(&Event::ChildStarted);
-        if self.election.slots > 1 {
-            tracing::info!(lock = %lease.lock, slot, token = lease.token, identity = %lease.identity, "elected; child started");
-        } else {
-            tracing::info!(lock = %lease.lock, token = lease.token, identity = %lease.identity, "elected; child started");
-        }
+        // The slot is said for a lock with slots only (a field that is `None` is left out).
+        let shown_slot = (self.election.slots > 1).then_some(slot);
+        tracing::info!(lock = %lease.lock, slot = shown_slot, token = lease.token, identity = %lease.identity, "elected; child started");
         let mut term = Term::new(lease, timing, self.election.stop, sent, self.observer.clone());
         term.max_runtime_at = max_runtime_at;
         let exit = loop {

@@ -46,13 +46,12 @@ impl Elector {
         for (slot, store) in slots.iter().enumerate() {
             match self.campaign_slot(store, &granted).await {
                 Ok((lease, sent)) => return Ok(Won { lease, sent, slot }),
-                Err(Outcome::Conflict(record)) if slot + 1 < slots.len() => {
+                Err(Outcome::Conflict(record)) => {
                     if let Some(record) = &record {
                         tracing::debug!(slot, holder = record.holder.as_deref().unwrap_or("-"), "slot is held");
                     }
                     held = record.or(held);
                 }
-                Err(Outcome::Conflict(record)) => return Err(Outcome::Conflict(record.or(held))),
                 Err(outcome) => return Err(outcome),
             }
         }

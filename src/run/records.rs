@@ -28,6 +28,15 @@ async fn slot_records(
     read.map_err(|err| fail(exit::STORE_UNAVAILABLE, err))
 }
 
+/// The entry `--json` prints as one object, as it always did for a plain lock (and for the
+/// one slot `--slot` names); `None`: the entries are printed as a list, each with its slot.
+fn alone<'a, T>(asked: &SlotsArg, entries: &'a [(Option<usize>, T)]) -> Option<(Option<usize>, &'a T)> {
+    match entries {
+        [(slot, entry)] if slot.is_none() || asked.slot.is_some() => Some((*slot, entry)),
+        _ => None,
+    }
+}
+
 pub(super) async fn status(common: &CommonArgs, lock: &str, asked: &SlotsArg, json: bool) -> anyhow::Result<u8> {
     let store: Arc<dyn Store> = match open_for_reading(common, Some(lock)).await {
         Ok(store) => store.into(),
@@ -37,18 +46,17 @@ pub(super) async fn status(common: &CommonArgs, lock: &str, asked: &SlotsArg, js
         Ok(records) => records,
         Err(code) => return Ok(code),
     };
-    let text = match (json, records.as_slice()) {
-        // One lock, no slots asked about: the object status --json always printed.
-        (true, [(None, record)]) => format!("{}\n", serde_json::to_string(&Shown::from(record))?),
-        (true, [(Some(slot), record)]) if asked.slot.is_some() => {
-            format!("{}\n", serde_json::to_string(&Shown::from(record).in_slot(*slot))?)
+    let text = match (json, alone(asked, &records), records.as_slice()) {
+        (true, Some((slot, record)), _) => {
+            format!("{}\n", serde_json::to_string(&Shown::from(record).with_slot(slot))?)
         }
-        (true, _) => {
-            let shown: Vec<Shown> = records.iter().map(|(slot, r)| Shown::from(r).in_slot(slot.unwrap_or(0))).collect();
+        (true, None, _) => {
+            let shown: Vec<Shown> =
+                records.iter().map(|(slot, r)| Shown::from(r).with_slot(Some(slot.unwrap_or(0)))).collect();
             format!("{}\n", serde_json::to_string(&shown)?)
         }
-        (false, [(slot, record)]) => show_record(record, *slot),
-        (false, _) => show_slots(lock, &records),
+        (false, _, [(slot, record)]) => show_record(record, *slot),
+        (false, _, _) => show_slots(lock, &records),
     };
     print(&text)?;
     Ok(if records.iter().any(|(_, r)| r.is_held()) { 0 } else { exit::NOT_HELD })
@@ -75,10 +83,7 @@ pub(super) async fn list(common: &CommonArgs, json: bool) -> anyhow::Result<u8> 
         .collect();
     let mut text = String::new();
     if json {
-        let shown: Vec<Shown> = records
-            .iter()
-            .map(|(slot, r)| slot.map_or_else(|| Shown::from(r), |s| Shown::from(r).in_slot(s)))
-            .collect();
+        let shown: Vec<Shown> = records.iter().map(|(slot, r)| Shown::from(r).with_slot(*slot)).collect();
         text = format!("{}\n", serde_json::to_string(&shown)?);
     } else if !records.is_empty() {
         text.push_str(&format!("{:<30} {:<5} {:>8} {:>11}  HOLDER\n", "LOCK", "STATE", "TOKEN", "EXPIRES IN"));
@@ -103,11 +108,12 @@ pub(super) async fn release(common: &CommonArgs, lock: &str, asked: &SlotsArg, j
         Ok(store) => store.into(),
         Err(code) => return Ok(code),
     };
-    // Every slot the store has seen is asked to stand down, held or not: a slot taken since
-    // it was read is then stood down too.
-    let slots: Vec<Option<usize>> = match asked.slot {
-        Some(slot) => vec![Some(slot)],
-        None => match slot_records(&store, lock, asked).await {
+    // Every slot asked about, or else every slot the store has seen, is asked to stand down,
+    // held or not: a slot taken since it was read is then stood down too.
+    let slots: Vec<Option<usize>> = match (asked.slot, asked.slots) {
+        (Some(slot), _) => vec![Some(slot)],
+        (None, Some(count)) => (0..count).map(Some).collect(),
+        (None, None) => match slot_records(&store, lock, asked).await {
             Ok(records) => records.into_iter().map(|(slot, _)| slot).collect(),
             Err(code) => return Ok(code),
         },
@@ -119,12 +125,9 @@ pub(super) async fn release(common: &CommonArgs, lock: &str, asked: &SlotsArg, j
             Err(err) => return Ok(fail(exit::STORE_UNAVAILABLE, err)),
         }
     }
-    let text = match (json, revoked.as_slice()) {
-        (true, [(None, before)]) => format!("{}\n", released_json(lock, None, before)),
-        (true, [(Some(slot), before)]) if asked.slot.is_some() => {
-            format!("{}\n", released_json(lock, Some(*slot), before))
-        }
-        (true, _) => {
+    let text = match (json, alone(asked, &revoked)) {
+        (true, Some((slot, before))) => format!("{}\n", released_json(lock, slot, before)),
+        (true, None) => {
             let all: Vec<_> =
                 revoked.iter().map(|(slot, before)| released_json(lock, Some(slot.unwrap_or(0)), before)).collect();
             format!("{}\n", serde_json::Value::Array(all))
@@ -195,8 +198,8 @@ pub(super) struct Shown<'a> {
 }
 
 impl Shown<'_> {
-    fn in_slot(self, slot: usize) -> Self {
-        Shown { slot: Some(slot), ..self }
+    fn with_slot(self, slot: Option<usize>) -> Self {
+        Shown { slot, ..self }
     }
 }
 

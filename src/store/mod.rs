@@ -271,7 +271,8 @@ pub trait Store: Send + Sync {
     /// Give up this store's place among `lock`'s standbys, if `changed` keeps one across calls
     /// (an etcd queue entry, a ZooKeeper queue node): a run that stops waiting for the lock
     /// (it won another slot of it) must not leave a place that the standbys behind it wait out.
-    /// Places kept for another lock are left alone; so is a place whose store holds the lock.
+    /// Places kept for another lock are left alone. Called only for a lock this store does not
+    /// hold (a holder's place may go with its lease, as ZooKeeper's does).
     async fn stop_waiting(&self, _lock: &str) {}
 
     /// Whether `changed` also returns when a lease expires, not only when it is released:

@@ -220,10 +220,6 @@ impl ZooKeeperStore {
     /// this store waits for that lock. The node's session outlives the wait, so a place left
     /// behind would hold up the waiter watching it for as long as this store lives.
     pub(super) async fn leave_queue(&self, lock: &str) {
-        let waits_here = self.place.lock().unwrap().as_ref().is_some_and(|p| p.lock == lock);
-        if !waits_here {
-            return;
-        }
         {
             let mut slot = self.watching.lock().await;
             if slot.as_ref().is_some_and(|w| w.lock == lock) {
@@ -233,7 +229,8 @@ impl ZooKeeperStore {
         self.leave_place(lock).await;
     }
 
-    /// Delete this store's node in `lock`'s queue, and forget it.
+    /// Delete this store's node in `lock`'s queue, and forget it (nothing if its place is in
+    /// another lock's queue, or it has none).
     async fn leave_place(&self, lock: &str) {
         let reads = self.inner.lock().unwrap().reads.clone();
         if let (Some(path), Some(zk)) = (self.place_path(lock), reads) {
