@@ -119,24 +119,33 @@ use futures_util::StreamExt;
 use tokio::time::timeout;
 
 use super::url::Access;
-use super::{Acquire, Campaigner, Lease, LockRecord, Renew, Result, Store, StoreError};
+use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use bucket::Bucket;
 use cluster::lost_race;
 use entry::{mine, Entry};
+use errors::{describe, transient};
+use headers::{
+    delete_headers, lease_headers, ACQUIRED, EXPECTED, KEPT, KEPT_MS, KV_OPERATION, MARKER_REASON, REVOKED, TOKEN, TTL,
+};
 use keys::{key_of, lock_of};
 pub use target::Target;
 use wait::Watching;
+use written::{lease_key, Written};
 
 mod bucket;
 mod choria;
 mod cluster;
 mod connections;
 mod entry;
+mod errors;
+mod headers;
 mod keys;
 mod observe;
+mod record;
 mod target;
 mod turn;
 mod wait;
+mod written;
 
 /// The bucket unless the URL has a path.
 pub const DEFAULT_BUCKET: &str = "leaderrun";
@@ -161,59 +170,8 @@ async fn after_race(race: usize) {
         tokio::time::sleep(Duration::from_millis(5 << (race - 1).min(5))).await;
     }
 }
-const TOKEN: &str = "Leaderrun-Token";
-const ACQUIRED: &str = "Leaderrun-Acquired-Ms";
-const REVOKED: &str = "Leaderrun-Revoked";
-/// On the entry a release with --min-hold leaves: its child has exited, nobody renews it.
-const KEPT: &str = "Leaderrun-Kept";
-/// On such an entry: how long (ms) after it was written the keep ends. A bucket without
-/// per-message TTL keeps the entry for its max age; leaderrun takes it over once this passed.
-const KEPT_MS: &str = "Leaderrun-Kept-Ms";
-const EXPECTED: &str = "Nats-Expected-Last-Subject-Sequence";
-const TTL: &str = "Nats-TTL";
-const KV_OPERATION: &str = "KV-Operation";
-const MARKER_REASON: &str = "Nats-Marker-Reason";
-
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Whole seconds, rounded up, at least 1: the server's TTL granularity.
-fn ttl_secs(d: Duration) -> u64 {
-    (d.as_nanos().div_ceil(1_000_000_000) as u64).max(1)
-}
-
-/// Whether an error (by its text) may pass on retry. JetStream answers a bad request with
-/// a 4xx code; a refused login or permission is not worth retrying either.
-fn transient(text: &str) -> bool {
-    let lower = text.to_ascii_lowercase();
-    let refused = ["authorization violation", "authentication", "permissions violation", "(code 400", "(code 403"];
-    !refused.iter().any(|needle| lower.contains(needle))
-}
-
-/// One line: the error and its sources.
-fn describe(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(&format!(": {more}"));
-        }
-        source = cause.source();
-    }
-    text.replace('\n', " ")
-}
-
-/// A message this client wrote for a lease.
-#[derive(Debug, Clone, Copy)]
-struct Written {
-    seq: u64,
-    acquired_ms: u64,
-}
-
-fn lease_key(lease: &Lease) -> (String, String, u64) {
-    (lease.lock.clone(), lease.identity.clone(), lease.token)
 }
 
 pub struct NatsStore {
@@ -303,24 +261,6 @@ impl NatsStore {
         }
     }
 
-    /// Remember (or forget) the last message written for a lease.
-    fn remember(&self, lease: &Lease, last: Option<Written>) {
-        let mut written = self.written.lock().unwrap();
-        match last {
-            Some(last) => written.insert(lease_key(lease), last),
-            None => written.remove(&lease_key(lease)),
-        };
-    }
-
-    /// Forget the last message written for a lease if it is still `seq`: a renewal that ran
-    /// beside this one may have written a newer one meanwhile.
-    fn forget(&self, lease: &Lease, seq: u64) {
-        let mut written = self.written.lock().unwrap();
-        if written.get(&lease_key(lease)).is_some_and(|w| w.seq == seq) {
-            written.remove(&lease_key(lease));
-        }
-    }
-
     fn subject(&self, lock: &str) -> String {
         format!("$KV.{}.{}", self.bucket_name, key_of(lock))
     }
@@ -370,82 +310,6 @@ impl NatsStore {
         }
     }
 
-    /// Headers of a held lease: token (when known), acquired time, TTL where allowed.
-    fn lease_headers(bucket: &Bucket, token: Option<u64>, acquired_ms: u64, ttl: Option<Duration>) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        if let Some(token) = token {
-            headers.insert(TOKEN, token.to_string());
-        }
-        headers.insert(ACQUIRED, acquired_ms.to_string());
-        if let (true, Some(ttl)) = (bucket.allow_ttl, ttl) {
-            headers.insert(TTL, ttl_secs(ttl).to_string());
-        }
-        headers
-    }
-
-    /// Headers of a KV delete marker that remembers the lock's last token.
-    fn delete_headers(token: u64) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(KV_OPERATION, "DEL");
-        headers.insert(TOKEN, token.to_string());
-        headers
-    }
-
-    /// The lease just won: remembered for its renewals; no more waiting.
-    fn won(&self, bucket: &Bucket, lease: Lease, written: Written) -> Acquire {
-        self.remember(&lease, Some(written));
-        // A holder waits for nothing: its watch would only bring its own renewals.
-        self.stop_watching();
-        match bucket.choria() {
-            // As a Choria campaigner wins: trusted only after the cool-down and an update.
-            Some(choria) => Acquire::Confirm { lease, after: choria.cool_down() },
-            None => Acquire::Won(lease),
-        }
-    }
-
-    fn record(&self, bucket: &Bucket, lock: &str, entry: Option<&Entry>) -> LockRecord {
-        let Some(entry) = entry else {
-            return LockRecord::free(lock);
-        };
-        if entry.gone {
-            return LockRecord { token: if entry.has_token { entry.token } else { 0 }, ..LockRecord::free(lock) };
-        }
-        if bucket.keep_ended(entry) {
-            // Only kept for --min-hold, and that has passed: free for leaderrun (the bucket
-            // drops the entry at its max age, which Choria's campaigners wait for).
-            return LockRecord { token: entry.token, ..LockRecord::free(lock) };
-        }
-        let lifetime = match (bucket.allow_ttl, entry.ttl_secs) {
-            (true, Some(secs)) if bucket.max_age.is_zero() => Some(Duration::from_secs(secs)),
-            (true, Some(secs)) => Some(Duration::from_secs(secs).min(bucket.max_age)),
-            _ if entry.kept && entry.kept_ms.is_some() => {
-                entry.kept_ms.map(|ms| Duration::from_millis(ms).min(bucket.max_age))
-            }
-            _ => Some(bucket.max_age).filter(|age| !age.is_zero()),
-        };
-        // No leaderrun headers: another program's campaigner (Choria), whose key keeps only its
-        // last write: when it was first taken is not known, and the revision is its last renewal's.
-        let campaigner = match (entry.acquired_ms, bucket.choria()) {
-            (None, Some(choria)) => Some(Campaigner { renewed_at: entry.written, renews_every: choria.interval }),
-            _ => None,
-        };
-        let expires_in =
-            lifetime.map(|life| (entry.written + life).duration_since(SystemTime::now()).unwrap_or_default());
-        LockRecord {
-            lock: lock.to_string(),
-            holder: Some(entry.holder.clone()),
-            token: entry.token,
-            held_since: match campaigner {
-                Some(_) => None,
-                None => Some(entry.acquired_ms.map_or(entry.written, |ms| UNIX_EPOCH + Duration::from_millis(ms))),
-            },
-            expires_in,
-            revoked: entry.revoked,
-            campaigner,
-            kept: entry.kept,
-        }
-    }
-
     /// Free the lease's entry (or keep it for what is left of `keep`, for --min-hold) if the
     /// key's last message is still `seq`; false if it is not.
     async fn release_at(
@@ -461,7 +325,7 @@ impl NatsStore {
         let done = if !keep.is_zero() && !left.is_zero() {
             // --min-hold: the entry stays, with a TTL of the time left; the holder no
             // longer renews.
-            let mut headers = Self::lease_headers(bucket, Some(lease.token), acquired_ms, Some(left));
+            let mut headers = lease_headers(bucket, Some(lease.token), acquired_ms, Some(left));
             headers.insert(KEPT, "1");
             headers.insert(KEPT_MS, (left.as_millis() as u64).to_string());
             if revoked {
@@ -469,7 +333,7 @@ impl NatsStore {
             }
             self.publish("release", &lease.lock, seq, headers, &lease.identity).await?
         } else {
-            self.publish("release", &lease.lock, seq, Self::delete_headers(lease.token), "").await?
+            self.publish("release", &lease.lock, seq, delete_headers(lease.token), "").await?
         };
         Ok(done.is_some())
     }
@@ -510,7 +374,7 @@ impl Store for NatsStore {
             };
             // The token is this message's own sequence: no token header on the first write.
             let acquired_ms = now_ms();
-            let headers = Self::lease_headers(bucket, None, acquired_ms, Some(ttl));
+            let headers = lease_headers(bucket, None, acquired_ms, Some(ttl));
             sent.push(acquired_ms);
             if let Some(token) = self.publish("acquire", lock, expected, headers, identity).await? {
                 let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
@@ -525,7 +389,7 @@ impl Store for NatsStore {
         self.check_ttl(bucket, ttl)?;
         let cached = self.written.lock().unwrap().get(&lease_key(lease)).copied();
         if let Some(last) = cached {
-            let headers = Self::lease_headers(bucket, Some(lease.token), last.acquired_ms, Some(ttl));
+            let headers = lease_headers(bucket, Some(lease.token), last.acquired_ms, Some(ttl));
             if let Some(seq) = self.publish("renew", &lease.lock, last.seq, headers, &lease.identity).await? {
                 self.remember(lease, Some(Written { seq, ..last }));
                 return Ok(Renew::Renewed);
@@ -548,7 +412,7 @@ impl Store for NatsStore {
                 return Ok(Renew::Lost(Some(self.record(bucket, &lease.lock, Some(&entry)))));
             }
             let acquired_ms = entry.acquired_ms.unwrap_or_else(now_ms);
-            let headers = Self::lease_headers(bucket, Some(lease.token), acquired_ms, Some(ttl));
+            let headers = lease_headers(bucket, Some(lease.token), acquired_ms, Some(ttl));
             if let Some(seq) = self.publish("renew", &lease.lock, entry.seq, headers, &lease.identity).await? {
                 self.remember(lease, Some(Written { seq, acquired_ms }));
                 return Ok(Renew::Renewed);
@@ -638,7 +502,7 @@ impl Store for NatsStore {
             let before = self.record(bucket, lock, Some(&entry));
             if entry.kept {
                 // A --min-hold keep: its child has exited and no holder is left to free it.
-                if self.publish("revoke", lock, entry.seq, Self::delete_headers(entry.token), "").await?.is_some() {
+                if self.publish("revoke", lock, entry.seq, delete_headers(entry.token), "").await?.is_some() {
                     return Ok(Some(before));
                 }
                 continue;
@@ -648,7 +512,7 @@ impl Store for NatsStore {
             let acquired = entry
                 .acquired_ms
                 .unwrap_or_else(|| entry.written.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64));
-            let mut headers = Self::lease_headers(bucket, Some(entry.token), acquired, ttl);
+            let mut headers = lease_headers(bucket, Some(entry.token), acquired, ttl);
             headers.insert(REVOKED, "1");
             if self.publish("revoke", lock, entry.seq, headers, &entry.holder).await?.is_some() {
                 return Ok(Some(before));
@@ -717,17 +581,5 @@ impl Store for NatsStore {
 
     async fn observe_change(&self, lock: &str, max_wait: Duration) {
         super::watch_at_most(self.observe(lock), max_wait).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttls_round_up() {
-        assert_eq!(ttl_secs(Duration::from_millis(300)), 1);
-        assert_eq!(ttl_secs(Duration::from_secs(30)), 30);
-        assert_eq!(ttl_secs(Duration::from_millis(30_001)), 31);
     }
 }
