@@ -13,10 +13,11 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::child::signals::parse_signal;
 use crate::exit;
+use crate::store::registry;
 
 mod texts;
 
-pub use texts::{CHILD_ENVIRONMENT, CHILD_ENVIRONMENT_NOTE, EXAMPLES, EXIT_STATUS, SAFETY_CONTRACT, STORES};
+pub use texts::{CHILD_ENVIRONMENT, CHILD_ENVIRONMENT_NOTE, EXAMPLES, EXIT_STATUS, SAFETY_CONTRACT};
 
 const ABOUT: &str = "Run a command only while holding a named leader lease: flock(1) for a fleet";
 
@@ -51,7 +52,7 @@ fn after_long_help() -> String {
         text.push_str(&hanging("  ", paragraph));
     }
     text.push_str("\nStores:\n");
-    for (url, what) in STORES {
+    for (url, what) in stores() {
         text.push_str(&format!("  {url}\n"));
         text.push_str(&hanging("      ", what));
     }
@@ -61,6 +62,27 @@ fn after_long_help() -> String {
         text.push_str(&hanging("      ", what));
     }
     text
+}
+
+/// The STORES section: each store of this build, as the registry lists it (URL, what it
+/// guarantees and what it does not), then the note that follows them.
+pub fn stores() -> impl Iterator<Item = (&'static str, &'static str)> {
+    registry::STORES.iter().map(|kind| (kind.url, kind.help)).chain([texts::STORES_NOTE])
+}
+
+/// `--store`'s help: every store's URL, from the registry.
+fn store_help() -> String {
+    let urls: Vec<&str> = registry::STORES.iter().map(|kind| kind.usage).collect();
+    format!("Store holding the leases, as a URL: {}; see STORES", urls.join(", "))
+}
+
+fn store_long_help() -> String {
+    format!(
+        "{}.\n\nDefault: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db, \
+         else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root), created on first \
+         use, which serves one host only. A password in the URL is never printed.",
+        store_help()
+    )
 }
 
 /// `lead` then `body` wrapped at 90 columns, continuation lines indented to `lead`'s width.
@@ -252,15 +274,14 @@ pub struct SlotsArg {
 /// Flags every mode shares: where the store is, and how much to say.
 #[derive(Debug, Args)]
 pub struct CommonArgs {
-    /// Store holding the leases, as a URL: sqlite:///path/file.db, postgres://user:pass@host:5432/db,
-    /// mysql://user:pass@host:3306/db (or mariadb://), redis://:pass@host:6379/0, etcd://host:2379,
-    /// nats://user:pass@host:4222/BUCKET, zk://host:2181, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX,
-    /// datastore://PROJECT/NAMESPACE; see STORES.
-    ///
-    /// Default: an embedded SQLite file in the state directory ($XDG_STATE_HOME/leaderrun/leaderrun.db,
-    /// else ~/.local/state/leaderrun/leaderrun.db; /var/lib/leaderrun/leaderrun.db for root),
-    /// created on first use, which serves one host only. A password in the URL is never printed.
-    #[arg(long, value_name = "URL", env = "LEADERRUN_STORE", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "LEADERRUN_STORE",
+        hide_env_values = true,
+        help = store_help(),
+        long_help = store_long_help()
+    )]
     pub store: Option<String>,
 
     /// Say more: -v logs each step (elected, renewed, released), -vv debug detail.

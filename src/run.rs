@@ -19,8 +19,7 @@ use crate::exit;
 use crate::logging;
 use crate::observe::{Event, Observer};
 use crate::slots;
-use crate::store::url::{self, Access, StoreSpec};
-use crate::store::{validate_lock_name, Store};
+use crate::store::{registry, validate_lock_name, Access, Store, StoreSpec};
 use crate::timing::{validate_timeout, Requested};
 
 mod check;
@@ -70,8 +69,8 @@ pub async fn main(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-fn store_spec(common: &CommonArgs) -> Result<StoreSpec, String> {
-    url::parse(common.store.as_deref(), url::default_state_dir)
+fn store_spec(common: &CommonArgs) -> Result<Box<dyn StoreSpec>, String> {
+    registry::parse(common.store.as_deref(), registry::default_state_dir)
 }
 
 /// Open the store for a subcommand, or the status to exit with.
@@ -83,7 +82,7 @@ async fn open_for_reading(common: &CommonArgs, lock: Option<&str>) -> Result<Box
     if let Some(lock) = lock {
         spec.check_lock_name(lock).map_err(|e| fail(exit::USAGE, e))?;
     }
-    url::open(&spec, Access::Existing).await.map_err(|e| fail(exit::STORE_UNAVAILABLE, e))
+    spec.open(Access::Existing).await.map_err(|e| fail(exit::STORE_UNAVAILABLE, e))
 }
 
 /// Check everything about a run; nothing touches the store yet.
@@ -92,7 +91,7 @@ struct Plan {
     /// The timing flags as given: a store with a lease limit of its own may cap the ttl.
     requested: Requested,
     command: CommandSpec,
-    spec: StoreSpec,
+    spec: Box<dyn StoreSpec>,
     conflict_exit_code: u8,
     /// When the run began, on the elector's clock.
     started: Duration,
@@ -265,13 +264,13 @@ async fn init(common: &CommonArgs, print_sql: bool) -> anyhow::Result<u8> {
         Err(err) => return Ok(fail(exit::USAGE, err)),
     };
     if print_sql {
-        return match url::schema_sql(&spec) {
-            Ok(sql) => print(&format!("{sql};\n")).map(|()| 0),
-            Err(err) => Ok(fail(exit::USAGE, err)),
+        return match spec.schema_sql() {
+            Some(sql) => print(&format!("{sql};\n")).map(|()| 0),
+            None => Ok(fail(exit::USAGE, "this store keeps no tables: there is no SQL to print")),
         };
     }
-    match url::prepare(&spec).await {
-        Ok(_) => print(&format!("the store is ready: {}\n", url::describe(&spec))).map(|()| 0),
+    match spec.prepare().await {
+        Ok(_) => print(&format!("the store is ready: {}\n", spec.shown())).map(|()| 0),
         Err(err) => Ok(fail(exit::STORE_UNAVAILABLE, err)),
     }
 }

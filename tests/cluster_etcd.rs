@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use common::*;
 use conformance::Harness;
-use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::Store;
+use leaderrun::store::{registry, Access};
 use servers::cluster::Cluster;
 use servers::etcd_cluster::EtcdCluster;
 
@@ -38,7 +38,7 @@ struct ClusterHarness {
 impl Harness for ClusterHarness {
     async fn open(&self) -> Arc<dyn Store> {
         let url = self.cluster.url_from(self.first);
-        open(&StoreSpec::from_url(&url).expect("a valid URL"), Access::Create).await.map(Arc::from).expect("open")
+        registry::parse_url(&url).expect("a valid URL").open(Access::Create).await.map(Arc::from).expect("open")
     }
 
     async fn restart(&self) {

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::{unique, Harness};
-use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{registry, Access};
 use leaderrun::store::{Acquire, Store};
 use servers::cluster::Cluster;
 use servers::nats_cluster::NatsCluster;
 
 async fn store(url: &str) -> Arc<dyn Store> {
-    open(&StoreSpec::from_url(url).expect("a valid URL"), Access::Create).await.map(Arc::from).expect("open")
+    registry::parse_url(url).expect("a valid URL").open(Access::Create).await.map(Arc::from).expect("open")
 }
 
 /// Contenders racing for a free lock on a replicated bucket: one wins, every other is told the

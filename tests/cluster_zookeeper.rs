@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use common::*;
 use conformance::Harness;
-use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::Store;
+use leaderrun::store::{registry, Access};
 use nix::sys::signal::Signal;
 use servers::cluster::Cluster;
 use servers::zookeeper_cluster::ZooKeeperCluster;
@@ -32,8 +32,8 @@ struct ClusterHarness {
 #[async_trait]
 impl Harness for ClusterHarness {
     async fn open(&self) -> Arc<dyn Store> {
-        let spec = StoreSpec::from_url(&self.cluster.url()).expect("a valid URL");
-        open(&spec, Access::Create).await.map(Arc::from).expect("open the ZooKeeper store on the ensemble")
+        let spec = registry::parse_url(&self.cluster.url()).expect("a valid URL");
+        spec.open(Access::Create).await.map(Arc::from).expect("open the ZooKeeper store on the ensemble")
     }
 
     /// Every server in turn, a quorum standing throughout.

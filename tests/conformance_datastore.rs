@@ -21,7 +21,7 @@ use conformance::{held, unique, won, Harness, TTL};
 use leaderrun::store::client_timed::{Created, Record, Records, Version, Written};
 use leaderrun::store::datastore::{open_with, DatastoreRecords, Target};
 use leaderrun::store::google::{GoogleApi, Service};
-use leaderrun::store::url::Access;
+use leaderrun::store::Access;
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use serde_json::{json, Value};
 use servers::datastore_emulator::{DatastoreEmulator, PROJECT};

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::{count_requests, held, unique, won, Harness, TTL};
-use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{registry, Access};
 use leaderrun::store::{ErrorKind, Renew, Store, StoreError};
 use servers::etcd::Etcd;
 
@@ -23,7 +23,7 @@ async fn etcd() -> EtcdHarness {
 }
 
 async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
-    open(&StoreSpec::from_url(url).expect("a valid URL"), access).await.map(Arc::from)
+    registry::parse_url(url).expect("a valid URL").open(access).await.map(Arc::from)
 }
 
 #[async_trait]
@@ -97,7 +97,7 @@ async fn errors_say_what_went_wrong_without_the_password() {
         (format!("etcd://app:hunter2@127.0.0.1:{port}?cacert=/ca.pem"), "need TLS"),
         (format!("etcd://app:hunter2@127.0.0.1:{port}?cacrt=/ca.pem"), "unknown parameter ?cacrt="),
     ] {
-        let why = StoreSpec::from_url(&url).expect_err("refused while parsing");
+        let why = registry::parse_url(&url).expect_err("refused while parsing");
         assert!(why.contains(needle) && why.contains("app:***@") && !why.contains("hunter2"), "{why}");
     }
 

@@ -19,7 +19,7 @@ use conformance::{held, unique, won, Harness, TTL};
 use leaderrun::store::client_timed::{Created, Record, Records, Written};
 use leaderrun::store::gcs::{open_with, GcsRecords, Target};
 use leaderrun::store::google::{GoogleApi, Service};
-use leaderrun::store::url::Access;
+use leaderrun::store::Access;
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::fake_gcs::FakeGcs;
 

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use conformance::{count_requests, held, unique, won, Harness, SOON, TTL};
-use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::kubernetes::Target;
+use leaderrun::store::{Access, StoreSpec};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::kubernetes::KubeApiServer;
 
@@ -27,11 +28,8 @@ async fn kube() -> Kube {
 /// The store `url` names, with this kubeconfig (each test has its own server, and the
 /// tests of one process share one environment, so not through $KUBECONFIG).
 async fn open_with(url: &str, kubeconfig: &Path) -> Result<Arc<dyn Store>, StoreError> {
-    let spec = match StoreSpec::from_url(url).expect("a valid URL") {
-        StoreSpec::Kubernetes(target) => StoreSpec::Kubernetes(target.with_kubeconfig(kubeconfig)),
-        other => panic!("not a k8s:// URL: {other:?}"),
-    };
-    open(&spec, Access::Create).await.map(Arc::from)
+    let target = Target::parse(url).expect("a valid k8s:// URL").with_kubeconfig(kubeconfig);
+    target.open(Access::Create).await.map(Arc::from)
 }
 
 #[async_trait]

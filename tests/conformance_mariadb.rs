@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use conformance::Harness;
-use leaderrun::store::url::{open, Access, StoreSpec};
 use leaderrun::store::Store;
+use leaderrun::store::{registry, Access};
 use servers::mariadb::Mariadb;
 
 struct MariadbHarness {
@@ -25,8 +25,8 @@ async fn mariadb() -> MariadbHarness {
 #[async_trait]
 impl Harness for MariadbHarness {
     async fn open(&self) -> Arc<dyn Store> {
-        let spec = StoreSpec::from_url(&self.server.url()).expect("a valid URL");
-        match open(&spec, Access::Create).await {
+        let spec = registry::parse_url(&self.server.url()).expect("a valid URL");
+        match spec.open(Access::Create).await {
             Ok(store) => Arc::from(store),
             Err(err) => panic!("open the MariaDB store: {err}"),
         }
@@ -63,9 +63,9 @@ async fn a_table_from_before_the_kept_column_gets_it() {
          acquired_at DATETIME(6) NOT NULL, expires_at DATETIME(6) NOT NULL, revoked BOOLEAN NOT NULL DEFAULT 0) \
          ENGINE=InnoDB",
     );
-    let spec = StoreSpec::from_url(&format!("{}?table=old_locks", h.server.url())).expect("a valid URL");
-    let a: Arc<dyn Store> = Arc::from(open(&spec, Access::Create).await.expect("open"));
-    let admin: Arc<dyn Store> = Arc::from(open(&spec, Access::Existing).await.expect("open"));
+    let spec = registry::parse_url(&format!("{}?table=old_locks", h.server.url())).expect("a valid URL");
+    let a: Arc<dyn Store> = Arc::from(spec.open(Access::Create).await.expect("open"));
+    let admin: Arc<dyn Store> = Arc::from(spec.open(Access::Existing).await.expect("open"));
     let lease = conformance::won(&*a, "x", "a", conformance::TTL).await;
     a.release(&lease, Duration::from_secs(3600)).await.unwrap();
     assert!(admin.revoke("x").await.unwrap().is_some());

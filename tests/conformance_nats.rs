@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use async_trait::async_trait;
 use conformance::{count_requests, held, held_for, unique, won, Harness, SOON, TTL};
-use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{registry, Access};
 use leaderrun::store::{Acquire, ErrorKind, Observing, Renew, Store, StoreError};
 use leaderrun::timing::DEFAULT_TTL;
 use servers::nats::{Nats, USER};
@@ -28,7 +28,7 @@ async fn nt() -> Nt {
 }
 
 async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
-    open(&StoreSpec::from_url(url).expect("a valid URL"), access).await.map(Arc::from)
+    registry::parse_url(url).expect("a valid URL").open(access).await.map(Arc::from)
 }
 
 #[async_trait]
@@ -287,7 +287,7 @@ async fn errors_say_what_went_wrong_without_the_password() {
     for (bad, needle) in
         [("/no.dots.allowed", "bucket name"), ("?replicas=many", "?replicas=many"), ("?tls=on", "?tls=on")]
     {
-        let err = StoreSpec::from_url(&format!("nats://{USER}:{password}@127.0.0.1:{port}{bad}")).unwrap_err();
+        let err = registry::parse_url(&format!("nats://{USER}:{password}@127.0.0.1:{port}{bad}")).unwrap_err();
         assert!(err.contains(needle) && err.contains("***") && !err.contains(&password), "{err}");
         assert!(!err.contains('\n'), "one line: {err:?}");
     }

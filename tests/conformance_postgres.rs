@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::{held, unique, waiting, won, Harness, TTL};
-use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{registry, Access};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::postgres::Postgres;
 
@@ -24,7 +24,7 @@ async fn pg() -> Pg {
 }
 
 async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
-    open(&StoreSpec::from_url(url).expect("a valid URL"), access).await.map(Arc::from)
+    registry::parse_url(url).expect("a valid URL").open(access).await.map(Arc::from)
 }
 
 #[async_trait]
@@ -85,7 +85,7 @@ async fn the_table_option_separates_users_of_one_database() {
     assert!(table_exists(&pg.server, "leaderrun_locks") && table_exists(&pg.server, "Team_B"));
 
     // Refused while the command line is checked, before anything connects.
-    let err = StoreSpec::from_url(&format!("{}?table=x;drop", pg.server.url())).err().unwrap();
+    let err = registry::parse_url(&format!("{}?table=x;drop", pg.server.url())).err().unwrap();
     assert!(err.contains("table=\"x;drop\""), "{err}");
 }
 
@@ -119,8 +119,8 @@ async fn least_privileges_select_insert_update() {
     assert!(err.message.contains("does not exist") && err.message.contains("limited:***@"), "{}", err.message);
 
     // The owner creates it (`leaderrun init`).
-    let spec = StoreSpec::from_url(&pg.server.url()).unwrap();
-    leaderrun::store::url::prepare(&spec).await.expect("the owner may create the table");
+    let spec = registry::parse_url(&pg.server.url()).unwrap();
+    spec.prepare().await.expect("the owner may create the table");
     pg.server.psql_in("leaderrun", "GRANT SELECT, INSERT, UPDATE ON leaderrun_locks TO limited");
     let store = open_url(&limited, Access::Create).await.expect("SELECT, INSERT, UPDATE are enough");
     let lock = unique("limited");

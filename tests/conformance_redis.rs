@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::{held, unique, waiting, won, Harness, TTL};
-use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{registry, Access};
 use leaderrun::store::{ErrorKind, Renew, Store, StoreError};
 use servers::redis::Redis;
 
@@ -25,7 +25,7 @@ async fn rd() -> Rd {
 }
 
 async fn open_url(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    open(&StoreSpec::from_url(url).expect("a valid URL"), Access::Create).await.map(Arc::from)
+    registry::parse_url(url).expect("a valid URL").open(Access::Create).await.map(Arc::from)
 }
 
 #[async_trait]
@@ -154,7 +154,7 @@ async fn errors_say_what_went_wrong_without_the_password() {
     );
     // A URL that is wrong in itself is bad usage, refused before anything connects.
     let files_without_tls = format!("redis://:{}@127.0.0.1:{port}/0?cacert=/ca.pem", rd.server.password());
-    let err = StoreSpec::from_url(&files_without_tls).err().unwrap();
+    let err = registry::parse_url(&files_without_tls).err().unwrap();
     assert!(err.contains("rediss://") && err.contains("***") && !err.contains(rd.server.password()), "{err}");
 
     let closed = servers::free_port();
@@ -207,7 +207,7 @@ async fn tls_errors_say_what_went_wrong_without_the_password() {
     // The server asks for a client certificate and none is shown.
     check(open_url(&format!("{base}?cacert={ca}")).await.err().unwrap(), ErrorKind::Refused, "TLS");
     // Half a client certificate: bad usage, refused before anything connects.
-    let err = StoreSpec::from_url(&format!("{base}?cacert={ca}&cert={}", cert.display())).err().unwrap();
+    let err = registry::parse_url(&format!("{base}?cacert={ca}&cert={}", cert.display())).err().unwrap();
     assert!(err.contains("go together") && err.contains("***") && !err.contains(&password), "{err}");
     // TLS spoken to the plain port: the handshake never completes.
     let plain = format!(

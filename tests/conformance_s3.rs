@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use conformance::{held, unique, won, Harness, TTL};
 use leaderrun::store::client_timed::{Created, Record, Records, Written};
 use leaderrun::store::s3::{open_with, ConfigLoader, S3Records, Target};
-use leaderrun::store::url::Access;
+use leaderrun::store::Access;
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::moto::{Moto, BUCKET, REGION};
 

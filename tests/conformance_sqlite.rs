@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use conformance::Harness;
-use leaderrun::store::url::{open, Access, StoreSpec};
-use leaderrun::store::Store;
+use leaderrun::store::sqlite::SqliteFile;
+use leaderrun::store::{Access, Store, StoreSpec};
 
 struct Sqlite {
     _dir: tempfile::TempDir,
@@ -25,8 +25,8 @@ async fn sqlite() -> Sqlite {
 #[async_trait]
 impl Harness for Sqlite {
     async fn open(&self) -> Arc<dyn Store> {
-        let spec = StoreSpec::Sqlite { path: self.path.clone(), default: false };
-        Arc::from(open(&spec, Access::Create).await.expect("open the SQLite store"))
+        let spec = SqliteFile { path: self.path.clone(), default: false };
+        Arc::from(spec.open(Access::Create).await.expect("open the SQLite store"))
     }
 
     async fn restart(&self) {}

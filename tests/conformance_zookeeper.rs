@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use conformance::{count_requests, held, unique, won, Harness, SOON, TTL};
-use leaderrun::store::url::{open, Access, StoreSpec};
+use leaderrun::store::{registry, Access};
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use leaderrun::timing::DEFAULT_TTL;
 use servers::zookeeper::{ZooKeeper, DEFAULT_MAX_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS, TICK_MS};
@@ -25,7 +25,7 @@ async fn zk() -> ZkHarness {
 }
 
 async fn open_url(url: &str, access: Access) -> Result<Arc<dyn Store>, StoreError> {
-    open(&StoreSpec::from_url(url).expect("a valid URL"), access).await.map(Arc::from)
+    registry::parse_url(url).expect("a valid URL").open(access).await.map(Arc::from)
 }
 
 #[async_trait]
@@ -85,7 +85,7 @@ async fn errors_say_what_went_wrong_without_the_password() {
     check(open_url(&closed, Access::Create).await.err().unwrap(), ErrorKind::Unavailable, "***");
     // TLS without the server's CA is bad usage, found before anything connects.
     let tls = format!("zk://app:hunter2@127.0.0.1:{port}?tls=1");
-    let err = StoreSpec::from_url(&tls).expect_err("TLS needs cacert=");
+    let err = registry::parse_url(&tls).expect_err("TLS needs cacert=");
     assert!(err.contains("cacert=FILE") && !err.contains("hunter2") && !err.contains('\n'), "{err}");
 
     // A ttl longer than the longest session the server grants: the server would expire the

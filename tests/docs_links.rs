@@ -211,23 +211,11 @@ fn every_link_resolves() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
-/// The page of each store in `leaderrun::cli::STORES`, by its URL's scheme.
+/// The page of each store in the registry: `docs/stores/NAME.md`.
 fn store_pages() -> Vec<(String, PathBuf)> {
-    leaderrun::cli::STORES
+    leaderrun::store::registry::STORES
         .iter()
-        // Entries without a scheme are notes that several stores share ("grants").
-        .filter_map(|(url, _)| url.split_once("://"))
-        .map(|(scheme, _)| {
-            // Until the stores have a registry that names their pages, a scheme that is not
-            // the page's name is mapped here; the registry will replace this map.
-            let name = match scheme {
-                "zk" => "zookeeper",
-                "k8s" => "kubernetes",
-                "gs" => "gcs",
-                other => other,
-            };
-            (scheme.to_string(), PathBuf::from(format!("docs/stores/{name}.md")))
-        })
+        .map(|kind| (kind.name.to_string(), PathBuf::from(format!("docs/stores/{}.md", kind.name))))
         .collect()
 }
 
@@ -236,9 +224,9 @@ fn every_store_has_its_page() {
     let readme = fs::read_to_string(root().join("README.md")).unwrap();
     let readme_links = links(&readme);
     let stores = store_pages();
-    assert!(!stores.is_empty(), "no store URLs in leaderrun::cli::STORES");
-    for (scheme, page) in &stores {
-        assert!(root().join(page).is_file(), "{scheme}:// has no page {}", page.display());
+    assert!(!stores.is_empty(), "no stores in the registry");
+    for (name, page) in &stores {
+        assert!(root().join(page).is_file(), "the {name} store has no page {}", page.display());
         assert!(
             readme_links.iter().any(|l| Path::new(l.split('#').next().unwrap()) == page),
             "README.md does not link to {}",

@@ -34,7 +34,7 @@ fn generated() -> Vec<(PathBuf, Vec<u8>)> {
 
 /// clap_mangen's sections, then the ones `--help` shows after the options, as real roff.
 fn main_page(command: &clap::Command) -> Vec<u8> {
-    use leaderrun::cli::{CHILD_ENVIRONMENT, CHILD_ENVIRONMENT_NOTE, EXAMPLES, EXIT_STATUS, SAFETY_CONTRACT, STORES};
+    use leaderrun::cli::{stores, CHILD_ENVIRONMENT, CHILD_ENVIRONMENT_NOTE, EXAMPLES, EXIT_STATUS, SAFETY_CONTRACT};
     use roff::{bold, roman, Roff};
     let man = clap_mangen::Man::new(command.clone());
     let mut page = Vec::new();
@@ -60,8 +60,8 @@ fn main_page(command: &clap::Command) -> Vec<u8> {
         roff.control("PP", []).text([roman(*paragraph)]);
     }
     roff.control("SH", ["STORES"]);
-    for (url, what) in STORES {
-        roff.control("TP", []).text([bold(*url)]).text([roman(*what)]);
+    for (url, what) in stores() {
+        roff.control("TP", []).text([bold(url)]).text([roman(what)]);
     }
     roff.control("SH", ["EXAMPLES"]);
     for (line, what) in EXAMPLES {

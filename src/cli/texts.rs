@@ -1,5 +1,6 @@
 //! The prose of `--help` and the man page that is not a flag's own: exit statuses, the
-//! child's environment, the safety contract, the stores and examples. `cli.rs` lays them
+//! child's environment, the safety contract, a note after the stores and examples (each store's
+//! own text is in its folder, listed by `store::registry`). `cli.rs` lays them
 //! out for `--help`; `tests/generated_docs.rs` writes them into the man page.
 
 /// Exit statuses: (status, meaning). Shown by `--help` and as the man page's EXIT STATUS.
@@ -70,155 +71,16 @@ elsewhere it is the process group, which they can. A child running as another us
 signalled without a cgroup; leaderrun says so.",
 ];
 
-/// The stores: (URL, what it guarantees and what it does not).
-pub const STORES: &[(&str, &str)] = &[
-    (
-        "sqlite:///path/to/file.db",
-        "The embedded default: one file, one host, any number of processes. Each step is one SQL statement under \
-         SQLite's write lock; expiry is judged on CLOCK_BOOTTIME and a lease from before a reboot is void, which \
-         needs the kernel's boot id (/proc/sys/kernel/random/boot_id): without it the store is refused (69). An \
-         acquisition is synced to disk before it counts, so a power loss cannot repeat a fencing token. Waiters \
-         queue in the kernel on FILE-wake beside it instead of polling. Never put \
-         the file on a network filesystem. Deleting the file under a holder frees its lock and restarts tokens.",
-    ),
-    (
-        "postgres://user:pass@host:5432/db?sslmode=verify-full&table=NAME",
-        "Also postgresql://; PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and ~/.pgpass are honoured. \
-         Each step is one statement (INSERT ... ON CONFLICT ... WHERE free or expired); expiry is judged on the \
-         server's clock_timestamp(), so the server's clock must be slewed, never stepped. A release wakes the waiter \
-         that has waited longest through LISTEN/NOTIFY; if it does not act (frozen, or its host \
-         gone), the others try after a stagger of at most 300 ms. A transaction-pooling proxy does not pass LISTEN/NOTIFY: waiters then re-read when the lease \
-         they saw would expire. No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
-         acquisition or renewal: use synchronous replication for leases that matter. URL parameters other than \
-         table= and libpq's sslmode, sslrootcert, sslcert, sslkey, options, application_name (and the like) are \
-         refused.",
-    ),
-    (
-        "mysql://user:pass@host:3306/db?ssl-mode=VERIFY_IDENTITY&table=NAME",
-        "Also mariadb://. A conditional UPDATE whose affected-row count decides, on the server's UTC_TIMESTAMP(6); \
-         the holder keeps a user-level lock (GET_LOCK) that waiters block on, one connection each, and a second \
-         one for the waiter that ends the session of a waiter frozen at its turn (a hint only: a lease is still \
-         taken over at its expiry). The same caveats about the server's clock and asynchronous replicas apply. \
-         URL parameters other than table=, ssl-mode, ssl-ca, ssl-cert, ssl-key and socket are refused.",
-    ),
-    (
-        "redis://[user]:pass@host:6379/0?prefix=leaderrun: (rediss:// for TLS)",
-        "Lua scripts on one server (no Cluster); the lease is the key's PX expiry on the server's clock, the \
-         fencing token an INCR counter; a release wakes the waiter blocked longest in BLPOP (one connection each). Redis loses keys on a restart \
-         unless it runs with appendonly yes and appendfsync always, and replication is asynchronous: for \
-         leases that matter, run it with that persistence and no failover. TLS: rediss:// with the system's CAs \
-         or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE. A server whose maxmemory-policy \
-         is not noeviction is refused (exit 69), whatever its maxmemory, as is one that shows its policy \
-         through neither CONFIG GET nor INFO: it may evict a held lease (a second holder starts) or the token \
-         counter (tokens repeat). ?allow-eviction=1 accepts that risk. The policy is read when a run starts: a \
-         change under a running holder is not seen. The database is the path (/2); ?protocol=resp3 is also \
-         taken; any other parameter is refused.",
-    ),
-    (
-        "etcd://[user:pass@]host:2379[,host2:2379...][/prefix] (etcds:// for TLS)",
-        "A lease plus a transaction on the key's create revision (the fencing token: etcd's global revision, \
-         so tokens grow but not by one); renewals are keep-alives; waiters queue, and at a release the first in line tries first. Linearizable \
-         through the Raft leader; leases last at least 2 s (etcd's minimum). List every member: a request goes \
-         to a member that answers and is not busy with this run, a copy to the next when it hangs, so a \
-         member's loss costs no lease at a --ttl of 11s or more. TLS: etcds:// (or ?tls=1) with the \
-         system's CAs or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE.",
-    ),
-    (
-        "nats://[user:pass@|token@]host:4222[,host2:4222...][/BUCKET][?replicas=N&creds=FILE&tls=1&tlsca=FILE]",
-        "One key per lock in a JetStream KV bucket (default leaderrun, created with per-message TTL); writes are \
-         compare-and-sets on the key's last revision, the fencing token is the acquiring write's revision \
-         (tokens grow but not by one), the lease a Nats-TTL rounded up to seconds, waiters watch the key, and a queue group on its subject picks the one that tries first at a release (the others \
-         try 100–300 ms later if nobody has). The \
-         value is the holder's identity, as Choria writes it: with /CHORIA_LEADER_ELECTION, Choria's tools show \
-         the leaderrun holder, and deleting the key (Choria's evict) stops it at its next renewal. In a bucket \
-         without per-message TTL (Choria's) leaderrun wins as Choria does: it waits one campaign interval \
-         (0.75 x max age) + 200 ms and confirms with an update before the child starts, and its --ttl is at \
-         most that interval + 200 ms, so evicted holders never overlap standbys; --min-hold is at most the max \
-         age. A --ttl that does not fit is refused (status 2; without --ttl, a run picks one that fits). Needs \
-         jetstream { \
-         sync_interval: always } to keep acknowledged writes across a crash, and replicas=3 in a cluster; expiry \
-         follows the server's wall clock. In a cluster a run keeps two connections, to two servers, and sends \
-         a request again over the other when one hangs; the bucket stream's leader election after a crash \
-         takes 4-14 s, so the defaults there are --ttl 35s, --min-hold 30s and a 15 s one-shot retry.",
-    ),
-    (
-        "zk://[user:pass@]host:2181[,host2:2181...][/path][?tls=1&cacert=FILE]",
-        "Also zookeeper://. The lease is a ZooKeeper session whose timeout is the ttl (+ --lock-delay) + 25% + the servers' tick \
-         (at most half the timeout they grant a 4 s session): an ephemeral sequential child of the lock's node, \
-         the lowest child holding it; the fencing token is its sequence number + 1. Expiry is judged by the \
-         ZooKeeper leader; a --ttl whose session the server's maxSessionTimeout does not allow is refused \
-         (without --ttl, a run picks one that fits, with its --lock-delay). Renewals sync and read the child on its own session; \
-         waiters queue, each watching only the one ahead of it (the first, the holder's child). user:pass is the digest scheme, with creator-only ACLs. --min-hold is \
-         judged on wall clocks. Never delete the lock nodes by hand. In an ensemble a session leaves a \
-         server that stops answering within a tenth of its timeout. TLS: ?tls=1&cacert=FILE (the \
-         secureClientPort), and a client certificate from &cert=FILE&key=FILE.",
-    ),
-    (
-        "k8s://[NAMESPACE][?context=NAME]",
-        "Also kubernetes://. One coordination.k8s.io/v1 Lease per lock, written as client-go's LeaseLock writes \
-         it (holderIdentity, leaseDurationSeconds, acquireTime, renewTime, leaseTransitions; leaderrun's own \
-         fields in leaderrun.dev/ annotations), so kubectl and client-go electors see and respect it. The \
-         cluster and credentials are kubectl's: $KUBECONFIG or ~/.kube/config (its current context, or \
-         ?context=), else the pod's service account; the namespace is the context's (or the pod's) unless \
-         named. Writes carry the Lease's resourceVersion and uid; waiters watch the Lease. The API server \
-         expires nothing: a standby takes a held Lease only after seeing it unchanged for ttl*(1+2*drift) + \
-         margin on its own clock (after a crash, takeover takes that long from the last renewal it saw; a \
-         one-shot run that finds a Lease it has not seen before may watch it that long, bounded by --timeout), \
-         and at once when it was released. The fencing token is above every resourceVersion before the \
-         acquisition (an etcd revision: tokens grow but not by one). kubectl delete lease frees the lock at \
-         once; its holder notices at its next renewal. RBAC: get, list, watch, create and update on leases. A \
-         lock name that is not a valid object name becomes leaderrun-sha256-HEX, the name in an annotation.",
-    ),
-    (
-        "s3://BUCKET[/PREFIX][?path-style=1]",
-        "One object per lock under PREFIX (default leaderrun/), its key the lock name with %, / and a leading . \
-         percent-encoded; its body a small JSON record. Writes are PutObject with If-None-Match: * (create) and \
-         If-Match: ETAG (replace), so the server must honour conditional writes (AWS S3 does since 2024; a run \
-         checks and refuses a server that ignores them). Credentials, region and endpoint as the AWS CLI finds \
-         them (AWS_* variables, AWS_PROFILE and ~/.aws, web identity, ECS, instance metadata); path-style \
-         addressing when an endpoint is set. S3 ends no lease: a standby takes a lock whose object it has seen \
-         unchanged for ttl x 1.02 + 100 ms, a waiting standby reads it every 1 to 1.5 s, and deleting the object \
-         frees the lock at once. Fencing tokens follow the server's Date (seconds x 1,000,000), so they outlive a \
-         deleted object. A 403 exits 69.",
-    ),
-    (
-        "gs://BUCKET[/PREFIX]",
-        "Cloud Storage: one object per lock under PREFIX (default leaderrun/), named as on s3://; the record is the \
-         object's custom metadata. Every write is a JSON API multipart upload with ifGenerationMatch=0 (create) or \
-         the generation and metageneration read (replace); a run checks that the server honours it and refuses \
-         one that does not. Credentials as Google's client libraries find them (GOOGLE_APPLICATION_CREDENTIALS, \
-         gcloud auth application-default login, the metadata server); STORAGE_EMULATOR_HOST names an emulator. \
-         Cloud Storage ends no lease: a standby takes a lock whose object it has seen unchanged for ttl x 1.02 + \
-         100 ms, a waiting standby reads it every 1 to 1.5 s, and deleting the object frees the lock at once. \
-         Fencing tokens follow the server's Date (seconds x 1,000,000), as on s3://. Google allows about one \
-         write per second to one object: keep --renew-every at 1 s or more (--ttl 3s or more). A 401, 403 or \
-         missing bucket exits 69.",
-    ),
-    (
-        "datastore://PROJECT[/NAMESPACE][?kind=Lease&database=ID]",
-        "Datastore, or Firestore in Datastore mode (the same API; Firestore in Native mode is refused). One \
-         entity per lock in the namespace (default: the default namespace), of kind Lease unless ?kind= names \
-         another, its key name the lock name (names like __x__ are reserved by Datastore and refused); \
-         ?database= names a database other than the default. Credentials are Application Default Credentials \
-         (GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login, the metadata server); \
-         DATASTORE_EMULATOR_HOST=host:port points at an emulator. A create is an insert; a renewal reads the \
-         entity in a transaction and commits it only if it is unchanged (version and a random nonce, with \
-         baseVersion as well): a run checks and refuses a server that ignores baseVersion (the Firestore \
-         emulator does). Datastore ends no lease: a standby takes a lock whose entity it has seen unchanged for \
-         ttl x 1.02 + 100 ms, a waiting standby reads it every 1 to 1.5 s, and deleting the entity frees the lock \
-         at once. Fencing tokens follow the entity versions, which only grow, so they outlive a deleted entity. \
-         --min-hold is judged on the server's read time (the emulator has none: this host's clock). 401 and 403 \
-         exit 69.",
-    ),
-    (
-        "grants",
-        "PostgreSQL and MySQL need SELECT, INSERT and UPDATE on the table; CREATE only if leaderrun is to create \
-         the table on first use (else run the SQL of leaderrun init --print-sql beforehand). A table made by an \
-         earlier leaderrun gets a kept column on first use, which needs the table's owner (or ALTER): leaderrun \
-         prints the statement if it may not. Never delete rows or the table by hand: a lock's fencing token would \
-         start again at 1, and a holder's lock would be free at once.",
-    ),
-];
+/// What follows the stores' own entries (those are in the store registry): the grants a
+/// store with a table needs, as (heading, text).
+pub const STORES_NOTE: (&str, &str) = (
+    "grants",
+    "A store that keeps a table (leaderrun init --print-sql prints it) needs SELECT, INSERT and UPDATE on it; \
+     CREATE only if leaderrun is to create the table on first use (else run that SQL beforehand). A table made \
+     by an earlier leaderrun gets a kept column on first use, which needs the table's owner (or ALTER): \
+     leaderrun prints the statement if it may not. Never delete rows or the table by hand: a lock's fencing \
+     token would start again at 1, and a holder's lock would be free at once.",
+);
 
 /// Typical command lines: (command, what it does).
 pub const EXAMPLES: &[(&str, &str)] = &[

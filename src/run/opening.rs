@@ -18,7 +18,7 @@ use super::{fail, Plan};
 use crate::clock::Clock;
 use crate::elector::Mode;
 use crate::exit;
-use crate::store::url::{self, Access};
+use crate::store::Access;
 use crate::store::{ErrorKind, Store, StoreError};
 
 /// The pause between tries while the store is unreachable.
@@ -126,8 +126,7 @@ pub(super) async fn open_and_fit(
     let (give_up, cut_at) = bounds(plan.election.mode);
     let mut retrying = Retrying { give_up, cut_at, clock, signals, quietly };
     let spec = &plan.spec;
-    let store: Arc<dyn Store> =
-        Arc::from(retrying.call("reach the store", None, || url::open(spec, Access::Create)).await?);
+    let store: Arc<dyn Store> = Arc::from(retrying.call("reach the store", None, || spec.open(Access::Create)).await?);
     fit_to_store(plan, &*store, &mut retrying).await?;
     // A store waits for one lock at a time: a run waiting for every slot at once opens one
     // for each, so that each slot's standbys queue as a plain lock's do.
@@ -135,8 +134,7 @@ pub(super) async fn open_and_fit(
     if matches!(plan.election.mode, Mode::Wait { .. }) {
         for _ in 1..plan.election.slots {
             let spec = &plan.spec;
-            slot_stores
-                .push(Arc::from(retrying.call("reach the store", None, || url::open(spec, Access::Create)).await?));
+            slot_stores.push(Arc::from(retrying.call("reach the store", None, || spec.open(Access::Create)).await?));
         }
     }
     Ok(Opened { store, slot_stores })

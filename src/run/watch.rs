@@ -16,7 +16,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::CommonArgs;
 use crate::exit;
-use crate::store::url::{self, Access};
+use crate::store::Access;
 use crate::store::{validate_lock_name, LockRecord, Observing, Store};
 
 use super::{fail, short, store_spec, Shown};
@@ -174,7 +174,7 @@ pub async fn watch(common: &CommonArgs, lock: &str, slot: usize, json: bool) -> 
     let follow = async {
         let mut down = false;
         let store = loop {
-            match url::open(&spec, Access::Existing).await {
+            match spec.open(Access::Existing).await {
                 Ok(store) => break crate::slots::SlotStore::new(store.into(), slot),
                 Err(err) if err.is_transient() => {
                     if !std::mem::replace(&mut down, true) {

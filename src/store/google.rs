@@ -140,8 +140,8 @@ impl GoogleApi {
 
 fn http_client(service: Service) -> Result<reqwest::Client> {
     // reqwest (`rustls-no-provider`) panics without a process-wide provider: choose ring, as
-    // `url::open` does, for the callers that build an API without it (tests, embedders).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // the registry does when it parses a URL, for the callers that build an API without it (tests, embedders).
+    super::tls::choose_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)

@@ -18,6 +18,7 @@ pub mod etcd;
 pub mod gcs;
 #[cfg(feature = "google")]
 pub mod google;
+mod kind;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 #[cfg(test)]
@@ -30,16 +31,28 @@ pub mod nats;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod registry;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod release_feed;
 #[cfg(feature = "s3")]
 pub mod s3;
-mod spec_timing;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "tls")]
+mod tls;
 pub mod url;
+
+pub use kind::{StoreKind, StoreSpec};
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
+
+/// Whether the command may create the store (a run) or only look at it
+/// (`status`, `list`, `release` never create an empty store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Create,
+    Existing,
+}
 
 /// A lease this run holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -192,7 +192,7 @@ impl Records for MemoryRecords {
 
     async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {
         if let Some(every) = self.polled {
-            return super::polls::until_moved(self, every, lock, version, max_wait).await;
+            return super::records::until_moved(self, every, lock, version, max_wait).await;
         }
         self.log("changed");
         let mut writes = self.server.writes.subscribe();

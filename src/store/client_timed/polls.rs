@@ -1,17 +1,12 @@
 //! Waiting on a store that cannot watch (the object stores): the core reads the record
 //! every `Records::poll_every` to 1.5 × that (so that many waiters spread out, and never
 //! more than one request per `poll_every`), and compares versions. A failed read (an
-//! outage) tells nothing: the next poll asks again.
+//! outage) tells nothing: the next poll asks again. `Records::changed`'s default, which polls
+//! the same way, is beside the trait (`records::until_moved`).
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::records::{Feed, Records, Version};
-
-fn pause(every: Duration) -> Duration {
-    every.mul_f64(rand::random_range(1.0..1.5))
-}
+use super::records::{pause, Feed, Records, Version};
 
 /// A feed made of polls, for a waiting standby (`watchers.rs`): each read whose version
 /// differs from the last is fed on, and a deletion ends the feed, as it ends a watch. It
@@ -38,36 +33,4 @@ pub fn feed(records: std::sync::Arc<dyn Records>, lock: String, mut last: Versio
         }
     });
     rx
-}
-
-/// `Records::changed` by polling: return once a read shows a version other than `version`
-/// (with none, other than the first read's, made at once), or after `max_wait`.
-pub async fn until_moved<R: Records + ?Sized>(
-    records: &R,
-    every: Duration,
-    lock: &str,
-    version: Option<&Version>,
-    max_wait: Duration,
-) {
-    let deadline = Instant::now() + max_wait;
-    let mut seen: Option<Option<Version>> = version.map(|v| Some(v.clone()));
-    loop {
-        if seen.is_some() {
-            tokio::time::sleep_until(deadline.min(Instant::now() + pause(every))).await;
-        }
-        if Instant::now() >= deadline {
-            return;
-        }
-        let Ok(read) = records.read(lock).await else {
-            // An outage: wait a poll before asking again, even before the first answer.
-            tokio::time::sleep_until(deadline.min(Instant::now() + pause(every))).await;
-            continue;
-        };
-        let now = read.found.map(|f| f.version);
-        match &seen {
-            Some(before) if *before != now => return,
-            Some(_) => {}
-            None => seen = Some(now),
-        }
-    }
 }

@@ -105,10 +105,10 @@ pub trait Records: Send + Sync {
     async fn list(&self) -> Result<Vec<(String, Record)>>;
     /// Return when the lock's record may have moved from `version` (a write or a
     /// deletion), or after `max_wait`. A spurious return is harmless: the caller re-reads.
-    /// By default, reads every `poll_every` (`polls.rs`), or sleeps if the store gives none.
+    /// By default, reads every `poll_every` (`until_moved`), or sleeps if the store gives none.
     async fn changed(&self, lock: &str, version: Option<&Version>, max_wait: Duration) {
         match self.poll_every() {
-            Some(every) => super::polls::until_moved(self, every, lock, version, max_wait).await,
+            Some(every) => until_moved(self, every, lock, version, max_wait).await,
             None => tokio::time::sleep(max_wait).await,
         }
     }
@@ -140,5 +140,43 @@ pub trait Records: Send + Sync {
     /// read, or after `max_wait`; read-only. By default, sleeps.
     async fn observe_change(&self, _lock: &str, max_wait: Duration) {
         tokio::time::sleep(max_wait).await
+    }
+}
+
+/// A poll's pause: `every` to 1.5 × `every`, so that many waiters spread out, and never more
+/// than one request per `every`.
+pub fn pause(every: Duration) -> Duration {
+    every.mul_f64(rand::random_range(1.0..1.5))
+}
+
+/// `Records::changed` by polling: return once a read shows a version other than `version`
+/// (with none, other than the first read's, made at once), or after `max_wait`.
+pub async fn until_moved<R: Records + ?Sized>(
+    records: &R,
+    every: Duration,
+    lock: &str,
+    version: Option<&Version>,
+    max_wait: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + max_wait;
+    let mut seen: Option<Option<Version>> = version.map(|v| Some(v.clone()));
+    loop {
+        if seen.is_some() {
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + pause(every))).await;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        let Ok(read) = records.read(lock).await else {
+            // An outage: wait a poll before asking again, even before the first answer.
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + pause(every))).await;
+            continue;
+        };
+        let now = read.found.map(|f| f.version);
+        match &seen {
+            Some(before) if *before != now => return,
+            Some(_) => {}
+            None => seen = Some(now),
+        }
     }
 }

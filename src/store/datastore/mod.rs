@@ -32,6 +32,7 @@
 
 mod api;
 mod entity;
+mod kind;
 mod probe;
 mod target;
 
@@ -42,13 +43,14 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 pub use entity::check_lock_name;
+pub use kind::KIND;
 pub use target::Target;
 
 use self::api::{Answer, Api};
 use self::entity::{entity, name_of, number, parse_version, record, version, Place};
 use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::google::{GoogleApi, Service};
-use crate::store::url::Access;
+use crate::store::Access;
 use crate::store::{Result, Store, StoreError};
 
 /// How often a waiting standby reads the entity (`Records::poll_every`: 1 to 1.5 × this).

@@ -101,6 +101,7 @@
 
 mod client;
 mod endpoints;
+mod kind;
 mod observe;
 mod queue;
 mod target;
@@ -117,9 +118,10 @@ use std::time::{Duration, UNIX_EPOCH};
 use async_trait::async_trait;
 use tokio::time::timeout;
 
+pub use kind::KIND;
 pub use target::{Target, DEFAULT_PREFIX};
 
-use super::url::Access;
+use super::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use client::{store_error, Connection, REQUEST_TIMEOUT};
 use value::{lease_secs, now_ms, Value};

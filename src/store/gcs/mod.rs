@@ -38,6 +38,7 @@
 
 mod api;
 mod errors;
+mod kind;
 mod object;
 mod probe;
 mod target;
@@ -47,6 +48,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+pub use kind::KIND;
 pub use target::Target;
 
 use self::api::{Bucket, Object, Precondition, Upload};
@@ -54,7 +56,7 @@ use self::object::{lock_of, name_of, Body};
 use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
 use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::google::{GoogleApi, Service};
-use crate::store::url::Access;
+use crate::store::Access;
 use crate::store::{Result, Store, StoreError};
 
 /// How often a waiting standby reads the object (`Records::poll_every`: 1 to 1.5 × this).

@@ -21,6 +21,7 @@
 mod api;
 mod connect;
 mod feed;
+mod kind;
 mod lease;
 mod names;
 mod observe;
@@ -34,9 +35,10 @@ use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 
 use super::client_timed::{client_timed, Created, Feed, Found, Read, Record, Records, Version, Written};
-use super::url::Access;
+use super::Access;
 use super::{Observing, Result, Store};
 use api::LeaseApi;
+pub use kind::KIND;
 pub use target::Target;
 
 /// The Leases of one namespace, as records.

@@ -47,6 +47,7 @@
 
 mod errors;
 pub mod hint;
+mod kind;
 mod relief;
 mod target;
 
@@ -58,9 +59,10 @@ use rand::Rng;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
 
-use super::url::Access;
+use super::Access;
 use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreError};
 use errors::{describe, duplicate, is_undone, kind_of, no_kept_column, no_table, number};
+pub use kind::KIND;
 use target::scrub;
 #[cfg(test)]
 use target::{connect_options, passwords};

@@ -8,7 +8,7 @@ use async_nats::jetstream::{self, kv, stream::Stream};
 use super::choria::Choria;
 use super::entry::Entry;
 use super::{connections, describe, NatsStore, CHORIA_BUCKET};
-use crate::store::url::Access;
+use crate::store::Access;
 use crate::store::{Result, StoreError};
 
 /// How long an expiry marker stays in buckets leaderrun creates (long enough for any

@@ -79,10 +79,3 @@ impl NatsStore {
         Ok(stream)
     }
 }
-
-/// How long a replicated stream may go without a leader after its leader server is lost:
-/// nats-server's Raft followers wait a random 4–9 s after the leader's last heartbeat before
-/// they campaign (`minElectionTimeoutDefault`, `maxElectionTimeoutDefault` in its
-/// `server/raft.go`; not configurable), and a split vote takes another round. Measured on three
-/// servers on one host: 4.1 s to 14.2 s (median 6.2 s, 22 trials) after a SIGKILL.
-pub(super) const STREAM_ELECTION: Duration = Duration::from_secs(15);

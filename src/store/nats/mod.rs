@@ -118,7 +118,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::timeout;
 
-use super::url::Access;
+use super::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 use bucket::Bucket;
 use cluster::lost_race;
@@ -128,6 +128,7 @@ use headers::{
     delete_headers, lease_headers, ACQUIRED, EXPECTED, KEPT, KEPT_MS, KV_OPERATION, MARKER_REASON, REVOKED, TOKEN, TTL,
 };
 use keys::{key_of, lock_of};
+pub use kind::KIND;
 pub use target::Target;
 use wait::Watching;
 use written::{lease_key, Written};
@@ -140,6 +141,7 @@ mod entry;
 mod errors;
 mod headers;
 mod keys;
+mod kind;
 mod observe;
 mod record;
 mod target;
@@ -525,14 +527,14 @@ impl Store for NatsStore {
     /// 200 ms, else the bucket's max age (it caps a per-message TTL too). None without a max
     /// age: per-message TTL sets no limit. A bucket that cannot hold leases is refused here.
     /// A replicated bucket's stream elects a new leader after losing its leader server: up to
-    /// `cluster::STREAM_ELECTION`. One server's bucket has no election to ride out.
+    /// `target::STREAM_ELECTION`. One server's bucket has no election to ride out.
     async fn failover(&self) -> Result<Option<Duration>> {
         if self.replicas > 1 {
             // Asked for in the URL: known without a request (which the election may hold up).
-            return Ok(Some(cluster::STREAM_ELECTION));
+            return Ok(Some(target::STREAM_ELECTION));
         }
         let replicated = self.bucket().await?.is_some_and(|bucket| bucket.replicas > 1);
-        Ok(replicated.then_some(cluster::STREAM_ELECTION))
+        Ok(replicated.then_some(target::STREAM_ELECTION))
     }
 
     async fn longest_ttl(&self, _wanted: Duration) -> Result<Option<Duration>> {

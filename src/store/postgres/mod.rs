@@ -68,10 +68,12 @@ use tokio::sync::Mutex;
 use tokio::time::timeout;
 
 use super::release_feed;
-use super::url::{redact, Access};
+use super::url::redact;
+use super::Access;
 use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
 use conn::Conn;
 use errors::{describe, no_kept_column, sqlstate, transient};
+pub use kind::KIND;
 use observe::{Changes, CHANGE_CHANNEL};
 pub use statements::schema_sql;
 use statements::{micros, record_from, Sql, Value};
@@ -83,6 +85,7 @@ use waiting::Waiting;
 
 mod conn;
 mod errors;
+mod kind;
 mod observe;
 mod statements;
 mod target;

@@ -67,14 +67,16 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
 use super::release_feed::{self, Heard, ReleaseFeed};
-use super::url::Access;
+use super::Access;
 use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
+pub use kind::KIND;
 use observe::Changes;
 use scripts::Scripts;
 pub use target::Target;
 use wake::{Waker, Woke};
 
 mod eviction;
+mod kind;
 mod observe;
 mod scripts;
 mod target;

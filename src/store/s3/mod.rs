@@ -29,6 +29,7 @@
 
 mod credentials;
 mod errors;
+mod kind;
 mod object;
 mod probe;
 mod server_clock;
@@ -40,6 +41,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 pub use aws_config::ConfigLoader;
 use aws_sdk_s3::primitives::ByteStream;
+pub use kind::KIND;
 
 pub use target::Target;
 
@@ -48,7 +50,7 @@ use self::object::{key_of, lock_of, Body};
 use self::server_clock::DateHeader;
 use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
 use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
-use crate::store::url::Access;
+use crate::store::Access;
 use crate::store::{Result, Store, StoreError};
 
 /// How often a waiting standby reads the object (`Records::poll_every`: 1 to 1.5 × this).

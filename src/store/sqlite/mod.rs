@@ -10,6 +10,7 @@
 //! Waiters wait in the kernel, not by polling: see `wake`. So does `leaderrun watch`, on
 //! inotify, outside the waiters' queue: see `observe`.
 
+mod kind;
 mod observe;
 mod open;
 mod sidecar;
@@ -25,9 +26,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use sqlx::{ConnectOptions, Row};
 use tokio::sync::Mutex;
 
-use super::url::Access;
+use super::Access;
 use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
 use crate::clock::boottime;
+pub use kind::{default_file, default_state_dir, SqliteFile, KIND};
 
 /// How long a statement waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

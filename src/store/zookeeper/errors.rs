@@ -2,7 +2,7 @@
 
 use zookeeper_client::Error as ZkError;
 
-use super::sessions::REQUEST_TIMEOUT;
+use super::timeouts::REQUEST_TIMEOUT;
 use super::ZooKeeperStore;
 use crate::store::StoreError;
 

@@ -35,7 +35,7 @@ use std::time::Duration;
 use tokio::time::{timeout_at, Instant};
 use zookeeper_client::{Client, Error as ZkError, SessionState};
 
-use super::sessions::{Zk, REQUEST_TIMEOUT};
+use super::timeouts::REQUEST_TIMEOUT;
 
 /// The connection timeout for a session of `session` (asked): a tenth of it, at least 2 s
 /// (a busy server or machine must not look dead: a connection declared dead fails the write
@@ -45,8 +45,8 @@ pub(super) fn connection_timeout(session: Duration) -> Duration {
 }
 
 /// Wait until the session is connected again, at most until `until`: whether it is.
-pub(super) async fn until_connected(zk: &Zk, until: Instant) -> bool {
-    let mut states = zk.client.state_watcher();
+pub(super) async fn until_connected(client: &Client, until: Instant) -> bool {
+    let mut states = client.state_watcher();
     let connected = |s: SessionState| matches!(s, SessionState::SyncConnected | SessionState::ConnectedReadOnly);
     timeout_at(until, async {
         loop {
@@ -66,7 +66,7 @@ pub(super) async fn until_connected(zk: &Zk, until: Instant) -> bool {
 /// session to another server). Only for requests that may be sent twice.
 pub(super) async fn read_moving<'a, T, F>(
     op: &'static str,
-    zk: &'a Zk,
+    client: &'a Client,
     f: impl Fn(&'a Client) -> F,
 ) -> std::result::Result<T, ZkError>
 where
@@ -74,8 +74,8 @@ where
 {
     let until = Instant::now() + REQUEST_TIMEOUT;
     loop {
-        if !until_connected(zk, until).await {
-            return Err(match zk.client.state() {
+        if !until_connected(client, until).await {
+            return Err(match client.state() {
                 SessionState::Disconnected => ZkError::ConnectionLoss,
                 SessionState::AuthFailed => ZkError::AuthFailed,
                 SessionState::Expired => ZkError::SessionExpired,
@@ -83,7 +83,7 @@ where
             });
         }
         tracing::trace!(op, "store request");
-        match timeout_at(until, f(&zk.client)).await {
+        match timeout_at(until, f(client)).await {
             Err(_) => return Err(ZkError::Timeout),
             Ok(Err(ZkError::ConnectionLoss)) if Instant::now() < until => continue,
             Ok(result) => return result,

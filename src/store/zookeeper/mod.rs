@@ -137,6 +137,7 @@
 
 mod errors;
 mod failover;
+mod kind;
 mod names;
 mod nodes;
 mod observe;
@@ -145,6 +146,7 @@ mod release;
 mod sessions;
 mod target;
 mod timeouts;
+mod value;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -153,15 +155,17 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, TlsOptions};
 
-use super::url::Access;
+use super::Access;
 use super::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
+pub use kind::KIND;
 use names::decode;
-use nodes::{Attempt, Look, Lookup, Seen, Value, MAX_RACES};
+use nodes::{Attempt, Look, Lookup, Seen, MAX_RACES};
 use release::Released;
 use sessions::{reconnected, request, Held, Inner};
 use target::tls_options;
 pub use target::{Target, DEFAULT_ROOT};
 use timeouts::{ceil_ms, longest_ttl_within, session_for, tick_bound, READS_SESSION};
+use value::Value;
 
 pub struct ZooKeeperStore {
     hosts: String,

@@ -1,36 +1,20 @@
-//! The lock's nodes: the lease children's data, reading what holds a lock, and taking it.
+//! The lock's nodes: reading what holds a lock, and taking it (a lease child's data is `value.rs`).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, Stat};
 
 use super::failover::read_moving;
 use super::names::{encode, sequence, LEASE_PREFIX};
 use super::observe::Mark;
 use super::sessions::{request, Zk};
+use super::value::{now_ms, Value};
 use super::ZooKeeperStore;
-use crate::store::url::Access;
+use crate::store::Access;
 use crate::store::{Lease, LockRecord, Result, StoreError};
 
 /// Guarded writes retried this often when a node changes under them before giving up.
 pub(super) const MAX_RACES: usize = 20;
-
-/// The data of a lease child.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Value {
-    pub(super) holder: String,
-    /// The acquiring host's wall clock (ms since the epoch): display and --min-hold.
-    pub(super) acquired_ms: u64,
-    #[serde(default)]
-    pub(super) revoked: bool,
-    /// The owner session's timeout: the most the lease can have left.
-    #[serde(default)]
-    pub(super) session_timeout_ms: u64,
-    /// Set on the persistent child a release with --min-hold leaves (wall clock, ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) keep_until_ms: Option<u64>,
-}
 
 /// What the lowest child of a lock says.
 pub(super) enum Lookup {
@@ -89,10 +73,6 @@ pub(super) enum Attempt {
     Raced,
     /// The root does not exist: nothing was made.
     NoRoot,
-}
-
-pub(super) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 impl ZooKeeperStore {
@@ -403,11 +383,11 @@ impl ZooKeeperStore {
         // Both may be sent again on the session moved to another server (`read_moving`): the
         // read after a move sees no less than the sync, as a server that is behind what the
         // client saw last refuses its session.
-        match read_moving("sync", zk, |c| c.sync(path)).await {
+        match read_moving("sync", &zk.client, |c| c.sync(path)).await {
             Ok(()) | Err(ZkError::NoNode) => {}
             Err(e) => return Err(e),
         }
-        match read_moving(op, zk, |c| c.get_data(path)).await {
+        match read_moving(op, &zk.client, |c| c.get_data(path)).await {
             Ok((data, stat)) => Ok(serde_json::from_slice::<Value>(&data).ok().map(|v| (v, stat))),
             Err(ZkError::NoNode) => Ok(None),
             Err(e) => Err(e),

@@ -26,8 +26,8 @@ use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use super::names::sequence;
-use super::nodes::{now_ms, Value};
 use super::sessions::request;
+use super::value::{now_ms, Value};
 use super::ZooKeeperStore;
 use crate::store::Result;
 

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use zookeeper_client::{CreateMode, Error as ZkError};
 
-use super::nodes::{now_ms, MAX_RACES};
+use super::nodes::MAX_RACES;
 use super::sessions::{request, Zk};
+use super::value::now_ms;
 use super::ZooKeeperStore;
 use crate::store::Result;
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use zookeeper_client::{CreateMode, Error as ZkError, MultiWriteError};
 
-use super::nodes::{now_ms, Value};
 use super::sessions::{request, Zk};
+use super::value::{now_ms, Value};
 use super::ZooKeeperStore;
 
 /// How a release in one step went.

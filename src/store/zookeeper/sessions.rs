@@ -10,13 +10,11 @@ use tokio::time::{timeout, timeout_at, Instant};
 use zookeeper_client::{Client, Connector, Error as ZkError, SessionState};
 
 use super::failover::{connection_timeout, until_connected};
-use super::nodes::Value;
-use super::timeouts::READS_SESSION;
+use super::timeouts::{READS_SESSION, REQUEST_TIMEOUT};
+use super::value::Value;
 use super::ZooKeeperStore;
 use crate::store::Result;
 
-/// Bound on every request (the elector bounds its calls too, usually tighter).
-pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Leases whose session this store gave up, remembered so that they are never renewed.
 const ABANDONED_KEPT: usize = 1024;
 /// How much longer than a lease needs a spare session may last and still be used for it: a
@@ -130,7 +128,7 @@ where
 {
     // One line per request at -vvv: the benchmarks and the tests count them.
     let until = Instant::now() + REQUEST_TIMEOUT;
-    until_connected(zk, until).await;
+    until_connected(&zk.client, until).await;
     tracing::trace!(op, "store request");
     match zk.client.state() {
         SessionState::SyncConnected | SessionState::ConnectedReadOnly => {}

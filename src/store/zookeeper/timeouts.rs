@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// Bound on every request (the elector bounds its calls too, usually tighter).
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The session the store opens first: its reads session, for reads, watches and its place in a
 /// lock's queue of waiters, never a lease's. ZooKeeper's protocol does not tell a client the
 /// server's tick; what it grants this session bounds it (`tick_bound`). 4 s is the

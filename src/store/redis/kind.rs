@@ -1,0 +1,41 @@
+//! The Redis store as the registry lists it: its schemes and help, and what the run
+//! knows of its URL before it connects.
+
+use async_trait::async_trait;
+
+use super::{RedisStore, Target};
+use crate::store::{Access, Result, Store, StoreKind, StoreSpec};
+
+pub const KIND: StoreKind = StoreKind {
+    name: "redis",
+    schemes: &["redis", "rediss"],
+    usage: "redis://:pass@host:6379/0",
+    url: "redis://[user]:pass@host:6379/0?prefix=leaderrun: (rediss:// for TLS)",
+    help: "Lua scripts on one server (no Cluster); the lease is the key's PX expiry on the server's clock, the \
+           fencing token an INCR counter; a release wakes the waiter blocked longest in BLPOP (one connection each). Redis loses keys on a restart \
+           unless it runs with appendonly yes and appendfsync always, and replication is asynchronous: for \
+           leases that matter, run it with that persistence and no failover. TLS: rediss:// with the system's CAs \
+           or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE. A server whose maxmemory-policy \
+           is not noeviction is refused (exit 69), whatever its maxmemory, as is one that shows its policy \
+           through neither CONFIG GET nor INFO: it may evict a held lease (a second holder starts) or the token \
+           counter (tokens repeat). ?allow-eviction=1 accepts that risk. The policy is read when a run starts: a \
+           change under a running holder is not seen. The database is the path (/2); ?protocol=resp3 is also \
+           taken; any other parameter is refused.",
+    parse: |url| Target::parse(url).map(|target| Box::new(target) as Box<dyn StoreSpec>),
+};
+
+#[async_trait]
+impl StoreSpec for Target {
+    fn shown(&self) -> String {
+        self.shown.clone()
+    }
+
+    async fn open(&self, access: Access) -> Result<Box<dyn Store>> {
+        Ok(Box::new(RedisStore::open(self, access).await?))
+    }
+
+    /// The lease is the key's PX expiry, on the server's clock.
+    fn expiry_on_server_wall_clock(&self) -> bool {
+        true
+    }
+}
