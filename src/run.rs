@@ -19,7 +19,8 @@ use crate::exit;
 use crate::logging;
 use crate::observe::{Event, Observer};
 use crate::slots;
-use crate::store::{registry, validate_lock_name, Access, Store, StoreSpec};
+use crate::store::kind::StoreSpec;
+use crate::store::{registry, validate_lock_name, Access, Store};
 use crate::timing::{validate_timeout, Requested};
 
 mod check;

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use conformance::{count_requests, held, unique, won, Harness, SOON, TTL};
+use leaderrun::store::kind::StoreSpec;
 use leaderrun::store::kubernetes::Target;
-use leaderrun::store::{Access, StoreSpec};
+use leaderrun::store::Access;
 use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::kubernetes::KubeApiServer;
 

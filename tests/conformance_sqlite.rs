@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use conformance::Harness;
+use leaderrun::store::kind::StoreSpec;
 use leaderrun::store::sqlite::SqliteFile;
-use leaderrun::store::{Access, Store, StoreSpec};
+use leaderrun::store::{Access, Store};
 
 struct Sqlite {
     _dir: tempfile::TempDir,

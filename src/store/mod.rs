@@ -18,7 +18,7 @@ pub mod etcd;
 pub mod gcs;
 #[cfg(feature = "google")]
 pub mod google;
-mod kind;
+pub mod kind;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 #[cfg(test)]
@@ -42,7 +42,6 @@ pub mod sqlite;
 mod tls;
 pub mod url;
 
-pub use kind::{StoreKind, StoreSpec};
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

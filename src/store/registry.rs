@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
+use super::kind::{StoreKind, StoreSpec};
 use super::url::redact;
-use super::{StoreKind, StoreSpec};
 
 /// The stores of this build, the embedded default first.
 pub const STORES: &[&StoreKind] = &[

@@ -6,7 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{NatsStore, Target};
-use crate::store::{Access, Result, Store, StoreKind, StoreSpec};
+use crate::store::kind::{StoreKind, StoreSpec};
+use crate::store::{Access, Result, Store};
 
 pub const KIND: StoreKind = StoreKind {
     name: "nats",

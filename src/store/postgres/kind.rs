@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 
 use super::{schema_sql, PostgresStore, Target};
-use crate::store::{Access, Result, Store, StoreKind, StoreSpec};
+use crate::store::kind::{StoreKind, StoreSpec};
+use crate::store::{Access, Result, Store};
 
 pub const KIND: StoreKind = StoreKind {
     name: "postgres",

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use super::{SqliteStore, SCHEMA};
-use crate::store::{Access, Result, Store, StoreError, StoreKind, StoreSpec};
+use crate::store::kind::{StoreKind, StoreSpec};
+use crate::store::{Access, Result, Store, StoreError};
 
 pub const KIND: StoreKind = StoreKind {
     name: "sqlite",
