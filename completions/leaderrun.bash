@@ -297,7 +297,7 @@ _leaderrun() {
             return 0
             ;;
         leaderrun__subcmd__init)
-            opts="-v -q -h --store --verbose --quiet --log-format --print-sql --help"
+            opts="-v -q -h --store --verbose --quiet --log-format --print --print-sql --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -52,7 +52,7 @@ complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "list" -d 'List eve
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "release" -d 'Force the holder of a lock to stand down'
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "watch" -d 'Follow a lock: print its state, then one line at each change, until SIGINT or SIGTERM'
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "check" -d 'Exit 0 if a lock is held now (by the lease with --token, if given), 1 if not'
-complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "init" -d 'Create the store\'s table now, or print the SQL that does it'
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "init" -d 'Create the store\'s table now, or print the statement that does it'
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l lock -d 'Name of the lease (1-255 characters, no control characters)' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l slot -d 'Only this slot (0 is the lock itself)' -r
@@ -104,12 +104,12 @@ complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -l log-format 
 json\t'One JSON object per line'"
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -s v -l verbose -d 'Say more: -v logs each step (elected, renewed, released), -vv debug detail'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -s q -l quiet -d 'Say only errors. By default leaderrun prints nothing unless something went wrong (a lost conflict is not wrong), so it stays quiet in cron'
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -l print-sql -d 'Print the SQL instead of running it; nothing is connected to or written'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -l print-sql -l print -d 'Print the statement instead of running it; nothing is connected to or written'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand init" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release watch check init help" -f -a "status" -d 'Show who holds a lock: holder identity, fencing token, held since, expires in'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release watch check init help" -f -a "list" -d 'List every lock in the store, held or free'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release watch check init help" -f -a "release" -d 'Force the holder of a lock to stand down'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release watch check init help" -f -a "watch" -d 'Follow a lock: print its state, then one line at each change, until SIGINT or SIGTERM'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release watch check init help" -f -a "check" -d 'Exit 0 if a lock is held now (by the lease with --token, if given), 1 if not'
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release watch check init help" -f -a "init" -d 'Create the store\'s table now, or print the SQL that does it'
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release watch check init help" -f -a "init" -d 'Create the store\'s table now, or print the statement that does it'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status list release watch check init help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

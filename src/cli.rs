@@ -226,16 +226,16 @@ pub enum Command {
         #[command(flatten)]
         common: CommonArgs,
     },
-    /// Create the store's table now, or print the SQL that does it.
+    /// Create the store's table now, or print the statement that does it.
     ///
     /// leaderrun creates its table on first use when it may; for databases whose DBAs create
-    /// tables ahead, `--print-sql` prints the statement to run (and the grants leaderrun
-    /// needs afterwards are SELECT, INSERT and UPDATE on that table).
+    /// tables ahead, `--print-sql` (or `--print`) prints the statement to run (and the grants
+    /// leaderrun needs afterwards are SELECT, INSERT and UPDATE on that table).
     Init {
         #[command(flatten)]
         common: CommonArgs,
-        /// Print the SQL instead of running it; nothing is connected to or written.
-        #[arg(long)]
+        /// Print the statement instead of running it; nothing is connected to or written.
+        #[arg(long, visible_alias = "print")]
         print_sql: bool,
     },
 }

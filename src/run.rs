@@ -265,9 +265,9 @@ async fn init(common: &CommonArgs, print_sql: bool) -> anyhow::Result<u8> {
         Err(err) => return Ok(fail(exit::USAGE, err)),
     };
     if print_sql {
-        return match spec.schema_sql() {
+        return match spec.setup_text() {
             Some(sql) => print(&format!("{sql};\n")).map(|()| 0),
-            None => Ok(fail(exit::USAGE, "this store keeps no tables: there is no SQL to print")),
+            None => Ok(fail(exit::USAGE, "this store makes nothing ahead of its first use: there is nothing to print")),
         };
     }
     match spec.prepare().await {

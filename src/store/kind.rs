@@ -45,9 +45,10 @@ pub trait StoreSpec: Send + Sync {
         self.open(Access::Create).await
     }
 
-    /// The statement that creates the store's table (`leaderrun init --print-sql`); `None`
-    /// for a store that keeps no table.
-    fn schema_sql(&self) -> Option<String> {
+    /// What `prepare` makes, as the statement or command an operator would run instead
+    /// (`leaderrun init --print-sql`): a table's `CREATE TABLE`. `None` for a store that
+    /// makes nothing ahead of its first use.
+    fn setup_text(&self) -> Option<String> {
         None
     }
 

@@ -30,7 +30,7 @@ impl StoreSpec for Target {
         Ok(Box::new(MySqlStore::open(self, access).await?))
     }
 
-    fn schema_sql(&self) -> Option<String> {
+    fn setup_text(&self) -> Option<String> {
         Some(schema_sql(self.table()))
     }
 

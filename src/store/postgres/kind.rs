@@ -38,7 +38,7 @@ impl StoreSpec for Target {
         Ok(Box::new(PostgresStore::prepare(self).await?))
     }
 
-    fn schema_sql(&self) -> Option<String> {
+    fn setup_text(&self) -> Option<String> {
         Some(schema_sql(self.table()))
     }
 

@@ -82,7 +82,7 @@ impl StoreSpec for SqliteFile {
         Ok(Box::new(SqliteStore::open(&self.path, access).await?))
     }
 
-    fn schema_sql(&self) -> Option<String> {
+    fn setup_text(&self) -> Option<String> {
         Some(SCHEMA.to_string())
     }
 
