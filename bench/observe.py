@@ -7,7 +7,8 @@
 8b. `leaderrun watch -vvv` on a lock whose holder renews: the store requests it makes per
     second while nothing else changes, per store.
 
-It reuses bench.py's servers and helpers (bench/leaderbench/) (same release binary, same Procs sweep). Run:
+It reuses bench.py's package, bench/leaderbench/ (its servers, the same release binary, the same
+Procs sweep). Run:
     python3 bench/observe.py [--store NAME ...] [--no-build] [--out FILE]
 """
 

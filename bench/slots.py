@@ -9,7 +9,8 @@ over the handoffs: with no herd it stays what a plain lock's herd costs (section
 many waiters there are. Also the most children seen at once (at most 3) and the overlaps
 (two children in one slot; flock on the slot's file, and the intervals).
 
-It reuses bench.py's servers and helpers (bench/leaderbench/) (same release binary, same Procs sweep). Run:
+It reuses bench.py's package, bench/leaderbench/ (its servers, the same release binary, the same
+Procs sweep). Run:
     python3 bench/slots.py [--store NAME ...] [--no-build] [--out FILE]
 """
 
