@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmarks for leaderrun: `python3 bench/bench.py [--quick]`.
 
-Builds the release binaries, then measures, for every store in STORES (one table
+Builds the release binaries, then measures, for every store of the registry that has a test server (one table
 row each):
 
   1. overhead   start-to-exit of a one-shot run, next to `true` and `flock FILE true`

@@ -43,11 +43,10 @@ mod proxy;
 mod servers;
 
 use backend::{Backend, Kind};
+use leaderrun::store::registry;
 use servers::cluster::Cluster;
 use servers::{etcd_cluster::EtcdCluster, nats_cluster::NatsCluster, zookeeper_cluster::ZooKeeperCluster};
 
-const STORES: [&str; 11] =
-    ["sqlite", "postgres", "mariadb", "redis", "etcd", "nats", "zookeeper", "kubernetes", "s3", "gcs", "datastore"];
 const CLUSTERS: [&str; 3] = ["etcd", "nats", "zookeeper"];
 
 /// The NATS cluster's bucket, replicated on all three servers; its stream is `KV_bench`.
@@ -357,7 +356,8 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--cluster" => cluster = true,
             "--dir" => dir = Some(PathBuf::from(it.next().ok_or("--dir needs a directory")?)),
             "--list" => {
-                STORES.iter().for_each(|s| println!("{s}"));
+                // The registry's stores that have a test server here, in the registry's order.
+                registry::STORES.iter().filter(|s| Kind::parse(s.name).is_ok()).for_each(|s| println!("{}", s.name));
                 CLUSTERS.iter().for_each(|s| println!("{s} --cluster"));
                 return Ok(None);
             }

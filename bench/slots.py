@@ -28,7 +28,7 @@ WAITERS = 30
 SETTLE = 8.0
 HOLD = "20ms"
 # The stores whose standbys are woken by a release (the others poll: section 2b has them).
-PUSH_STORES = ("sqlite", "postgres", "mariadb", "redis", "etcd", "nats", "zookeeper")
+PUSH_STORES = ("sqlite", "postgres", "mysql", "redis", "etcd", "nats", "zookeeper")
 
 
 def fig_slots(session: Session, mark: str) -> dict:

@@ -19,7 +19,7 @@ from .memory import fig_memory
 from .overhead import fig_overhead
 from .procs import MARK, Procs
 from .standby import fig_standby
-from .stores import FIGURES, STORES, Store, contenders, open_session
+from .stores import FIGURES, Store, contenders, open_session, stores
 from .stats import redact, say
 
 
@@ -29,8 +29,8 @@ def run_all(cfg: dict, only: Optional[set], tmp: Path, singles: bool = True, clu
     the other stores and figures still run."""
     results = {f: [] for f in FIGURES}
     fig_mark = f"{MARK}-fig"
-    stores = [s for s in STORES if singles and (not only or s.name in only)]
-    for store in stores:
+    chosen = [s for s in stores() if singles and (not only or s.name in only)]
+    for store in chosen:
         rows = [c for c in contenders() if c.store == store.name]
         t = time.monotonic()
         say(f"[{store.name}] starting")
@@ -106,7 +106,7 @@ def each_session(wanted: Callable[[Store], bool], prefix: str):
     cleaned up at the end, whatever happens."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        for store in [s for s in STORES if wanted(s)]:
+        for store in [s for s in stores() if wanted(s)]:
             say(f"[{store.name}] starting")
             session = open_session(store, tmp)
             try:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .build import LEADERRUN
+from .build import LEADERRUN, SERVE
 from .servers import Served, ServedCluster
 
 FIGURES = ("overhead", "handoff", "herd", "failover", "standby", "memory", "contract")
@@ -52,29 +54,34 @@ def open_session(store: Store, base: Path, dirname: Optional[str] = None) -> Ses
     return Session(store, d, server)
 
 
-# The servers are the tests' (tests/servers/), with their settings: a password wherever the
-# store takes one, as users run them.
-STORES: list[Store] = [
-    Store("sqlite", "sqlite", note="embedded, one file on local disk"),
-    Store("postgres", "postgres", note="PostgreSQL 15 on loopback (password auth, fsync off), LISTEN/NOTIFY wake-ups"),
-    Store("mariadb", "mariadb", note="MariaDB on loopback (innodb_flush_log_at_trx_commit 2), GET_LOCK wake-ups"),
-    Store("redis", "redis", note="Redis on loopback (a password), appendfsync always, pub/sub wake-ups"),
-    Store("etcd", "etcd", note="etcd 3.4 on loopback (--unsafe-no-fsync), watch wake-ups"),
-    Store("nats", "nats", note="NATS 2.15 JetStream KV on loopback (a user), sync_interval always, KV watch"),
-    Store("zookeeper", "zookeeper", note="ZooKeeper 3.8 on loopback (tickTime 500 ms), node watch"),
-    Store("kubernetes", "kubernetes",
-          note="the tests' Kubernetes API server (Python, tests/servers/kube_apiserver.py) over TLS on loopback, "
-               "a Lease watch; no real API server"),
-    Store("s3", "s3",
-          note="moto 5 (Python) on loopback behind the tests' TCP gate, conditional PutObject, HeadObject polled "
-               "about once a second; no real S3"),
-    Store("gcs", "gcs",
-          note="fake-gcs-server 1.54 on loopback (objects on disk), polled about once a second; "
-               "no real Cloud Storage"),
-    Store("datastore", "datastore",
-          note="Google's Cloud Datastore emulator (Java) on loopback (stored on disk), polled lookups; "
-               "no real Datastore"),
-]
+# What each store's test server is (tests/servers/, with their settings: a password wherever
+# the store takes one, as users run them), for the report. Which stores there are, and in what
+# order, is the registry's (src/store/registry.rs), as `leaderrun-serve --list` says it.
+NOTES: dict[str, str] = {
+    "sqlite": "embedded, one file on local disk",
+    "postgres": "PostgreSQL 15 on loopback (password auth, fsync off), LISTEN/NOTIFY wake-ups",
+    "mysql": "MariaDB on loopback (innodb_flush_log_at_trx_commit 2), GET_LOCK wake-ups",
+    "redis": "Redis on loopback (a password), appendfsync always, pub/sub wake-ups",
+    "etcd": "etcd 3.4 on loopback (--unsafe-no-fsync), watch wake-ups",
+    "nats": "NATS 2.15 JetStream KV on loopback (a user), sync_interval always, KV watch",
+    "zookeeper": "ZooKeeper 3.8 on loopback (tickTime 500 ms), node watch",
+    "kubernetes": "the tests' Kubernetes API server (Python, tests/servers/kube_apiserver.py) over TLS on "
+                  "loopback, a Lease watch; no real API server",
+    "s3": "moto 5 (Python) on loopback behind the tests' TCP gate, conditional PutObject, HeadObject polled "
+          "about once a second; no real S3",
+    "gcs": "fake-gcs-server 1.54 on loopback (objects on disk), polled about once a second; no real Cloud Storage",
+    "datastore": "Google's Cloud Datastore emulator (Java) on loopback (stored on disk), polled lookups; "
+                 "no real Datastore",
+}
+
+
+@functools.cache
+def stores() -> list[Store]:
+    """Every store of the registry that has a test server, in the registry's order (one line
+    each from `leaderrun-serve --list`; its `NAME --cluster` lines are section 7's)."""
+    listed = subprocess.run([str(SERVE), "--list"], capture_output=True, text=True, check=True).stdout
+    names = [line.strip() for line in listed.splitlines() if line.strip() and "--cluster" not in line]
+    return [Store(name, name, note=NOTES.get(name, "")) for name in names]
 
 
 # A command template: (session, lock name, child argv, wait?, extra flags) -> argv.
@@ -127,4 +134,4 @@ ANCHORS: list[Contender] = [
 
 
 def contenders() -> list[Contender]:
-    return [leaderrun_row(s) for s in STORES] + ANCHORS
+    return [leaderrun_row(s) for s in stores()] + ANCHORS
