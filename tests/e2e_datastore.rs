@@ -18,6 +18,7 @@ use common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use servers::datastore_emulator::DatastoreEmulator;
+use servers::TestServer;
 
 /// `sb.at`, reaching `ds` (and no Google credentials of the test runner's).
 fn at(sb: &Sandbox, ds: &DatastoreEmulator, args: &[&str]) -> Command {
