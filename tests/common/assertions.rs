@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use super::{code_of, pid_alive, stderr_of, stdout_of, wait_for, Sandbox, Wrapper, SOON, WITHIN_A_LEASE};
+use super::{code_of, stderr_of, stdout_of, Sandbox, Wrapper};
 
 /// A `--wait` child that takes a file lock for its whole life (so any overlap of two
 /// children's process trees is caught exactly, whatever the clocks say) and records
@@ -69,81 +68,6 @@ pub fn assert_quiet_runs(runs: Vec<Wrapper>) {
         assert_eq!(out.status.code(), Some(0), "run {i}: stderr {:?}", stderr_of(&out));
         assert_eq!((stdout_of(&out), stderr_of(&out)), (String::new(), String::new()), "run {i} must be silent");
     }
-}
-
-/// A `--wait` holder (ttl 8 s, renewing every second) rides out a store outage of 1.5 s
-/// (`stop` takes the server down, `start` brings it back): its child keeps running, and a
-/// renewal after the restart extends the same lease — 8 s minus the outage leaves at most
-/// 6.5 s, so 7 s or more left shows a renewal reached the restarted server. SIGTERM then
-/// ends it with 143 and frees the lock, which keeps its token. `secret` (a password in the
-/// URL) never shows on the holder's stderr.
-pub fn assert_holder_rides_out_an_outage(
-    sb: &Sandbox,
-    url: &str,
-    stop: impl FnOnce(),
-    start: impl FnOnce(),
-    secret: Option<&str>,
-) {
-    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
-    let args = ["--lock", "worker", "--wait", "--ttl", "8s", "--renew-every", "1s", "--kill-after", "1s"];
-    let mut holder = sb.spawn("holder", sb.at(url, &[&args[..], &["--", "sh", "-c", script]].concat()));
-    let child = sb.wait_pid("child.pid");
-    let (code, before) = status_json(sb, url, "worker");
-    assert_eq!(code, 0, "held: {before}");
-
-    stop();
-    std::thread::sleep(Duration::from_millis(1500));
-    start();
-
-    wait_for(
-        || {
-            let (code, s) = status_json(sb, url, "worker");
-            code == 0
-                && s["fencing_token"] == before["fencing_token"]
-                && s["expires_in_seconds"].as_f64().is_some_and(|left| left >= 7.0)
-        },
-        WITHIN_A_LEASE,
-        "a renewal after the restart",
-    );
-    assert!(holder.try_status().is_none(), "the holder must still run; stderr {:?}", holder.stderr());
-    assert!(pid_alive(child), "the child must have kept running through the outage");
-    if let Some(secret) = secret {
-        assert!(!holder.stderr().contains(secret), "{:?}", holder.stderr());
-    }
-
-    holder.signal(Signal::SIGTERM);
-    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
-    sb.wait_no_processes_left(SOON);
-    let (code, after) = status_json(sb, url, "worker");
-    assert_eq!((code, &after["fencing_token"]), (1, &before["fencing_token"]), "free, last token kept: {after}");
-}
-
-/// Ten hosts' cron fire `CRON_JOB` at once under `--lock nightly --min-hold 30s` on the store
-/// at `url`: all exit 0 without a word, exactly one child runs, and the lock stays held with
-/// that child's token; a late firing inside the min-hold runs nothing and says nothing.
-/// Returns the token.
-pub fn assert_cron_fleet_runs_once(sb: &Sandbox, url: &str) -> u64 {
-    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(url, &args))).collect();
-    assert_quiet_runs(running);
-    let runs = sb.lines("runs");
-    assert_eq!(runs.len(), 1, "exactly one child must run: {runs:?}");
-    let token: u64 = runs[0].strip_prefix("ran ").and_then(|t| t.parse().ok()).expect("ran TOKEN");
-    assert!(token > 0);
-    let (code, status) = status_json(sb, url, "nightly");
-    assert_eq!((code, &status["fencing_token"]), (0, &Value::from(token)), "held for --min-hold: {status}");
-    let late = sb.output(sb.at(url, &args));
-    assert_eq!((late.status.code(), stderr_of(&late)), (Some(0), String::new()), "a late firing");
-    assert_eq!(sb.lines("runs").len(), 1, "a late firing inside --min-hold must run nothing");
-    token
-}
-
-/// Four `--wait` runs of `TURN_TAKER` on the store at `url` take turns (see
-/// `assert_turns_taken`); returns the tokens in the order the turns were taken.
-pub fn assert_waiters_take_turns(sb: &Sandbox, url: &str) -> Vec<u64> {
-    let args = ["--lock", "deploy", "--wait", "--", "sh", "-c", TURN_TAKER];
-    let waiters: Vec<Wrapper> = (0..4).map(|i| sb.spawn(&format!("waiter-{i}"), sb.at(url, &args))).collect();
-    assert_turns_taken(sb, waiters)
 }
 
 /// A `--wait` child that records its start (as `$NAME`), runs until the file `go` exists and

@@ -48,6 +48,12 @@ impl Sandbox {
         self
     }
 
+    /// This sandbox, with each `(name, value)` in every command's environment.
+    pub fn with_envs(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.env.extend(vars);
+        self
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
