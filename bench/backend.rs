@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use leaderrun::store::registry;
+
 use crate::proxy::{Mode, Proxy};
 use crate::servers::cluster::Cluster;
 use crate::servers::{
@@ -30,24 +32,33 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// A store as the registry names it (its name or any of its schemes: `mariadb`, `zk`,
+    /// `gs`), and its test server here.
     pub fn parse(name: &str) -> Result<Self, String> {
-        match name {
-            "sqlite" => Ok(Kind::Sqlite),
-            "postgres" | "postgresql" => Ok(Kind::Postgres),
-            "mariadb" | "mysql" => Ok(Kind::Mariadb),
-            "redis" => Ok(Kind::Redis),
-            "etcd" => Ok(Kind::Etcd),
-            "nats" => Ok(Kind::Nats),
-            "zookeeper" | "zk" => Ok(Kind::ZooKeeper),
-            "kubernetes" | "k8s" => Ok(Kind::Kubernetes),
-            "s3" => Ok(Kind::S3),
-            "gcs" | "gs" => Ok(Kind::Gcs),
-            "datastore" => Ok(Kind::Datastore),
-            other => Err(format!(
-                "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, \
-                 kubernetes, s3, gcs, datastore"
-            )),
-        }
+        let store = registry::by_name(name).or_else(|| registry::by_scheme(name)).map_or(name, |kind| kind.name);
+        Self::of_store(store).ok_or_else(|| {
+            let served: Vec<&str> =
+                registry::STORES.iter().map(|kind| kind.name).filter(|n| Self::of_store(n).is_some()).collect();
+            format!("--store {name:?}: the fault run has test servers for {}", served.join(", "))
+        })
+    }
+
+    /// The test server of a store of the registry, by the store's name.
+    fn of_store(name: &str) -> Option<Self> {
+        Some(match name {
+            "sqlite" => Kind::Sqlite,
+            "postgres" => Kind::Postgres,
+            "mysql" => Kind::Mariadb,
+            "redis" => Kind::Redis,
+            "etcd" => Kind::Etcd,
+            "nats" => Kind::Nats,
+            "zookeeper" => Kind::ZooKeeper,
+            "kubernetes" => Kind::Kubernetes,
+            "s3" => Kind::S3,
+            "gcs" => Kind::Gcs,
+            "datastore" => Kind::Datastore,
+            _ => return None,
+        })
     }
 }
 
