@@ -255,7 +255,9 @@ async fn a_watcher_sees_changes_and_takes_no_turn() {
 #[tokio::test]
 async fn a_hundred_waiters_each_get_their_turn_once() {
     let (requests, _counting) = count_requests();
-    conformance::a_hundred_waiters_take_turns(&etcd().await, &requests, 2.0..10.0).await;
+    // About 4 on a quiet machine (BENCHMARKS.md 2b); a waiter slowed past its stagger lets the
+    // next in line try too, so a loaded machine has measured 10.2. A herd would be about 100.
+    conformance::a_hundred_waiters_take_turns(&etcd().await, &requests, 2.0..20.0).await;
 }
 
 /// The keys of one lock's queue entries, as etcdctl lists them.
