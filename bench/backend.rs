@@ -14,7 +14,7 @@ use crate::proxy::{Mode, Proxy};
 use crate::servers::cluster::Cluster;
 use crate::servers::{
     datastore_emulator::DatastoreEmulator, etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb,
-    moto::Moto, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
+    moto::Moto, moto_dynamodb::MotoDynamo, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,7 @@ pub enum Kind {
     ZooKeeper,
     Kubernetes,
     S3,
+    DynamoDb,
     Gcs,
     Datastore,
 }
@@ -44,11 +45,12 @@ impl Kind {
             "zookeeper" | "zk" => Ok(Kind::ZooKeeper),
             "kubernetes" | "k8s" => Ok(Kind::Kubernetes),
             "s3" => Ok(Kind::S3),
+            "dynamodb" => Ok(Kind::DynamoDb),
             "gcs" | "gs" => Ok(Kind::Gcs),
             "datastore" => Ok(Kind::Datastore),
             other => Err(format!(
                 "--store {other:?}: the fault run knows sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, \
-                 kubernetes, s3, gcs, datastore"
+                 kubernetes, s3, dynamodb, gcs, datastore"
             )),
         }
     }
@@ -64,6 +66,8 @@ enum Server {
     ZooKeeper(ZooKeeper),
     Kubernetes(KubeApiServer),
     S3(Moto),
+    /// moto's DynamoDB (the same server as S3's, with a table).
+    DynamoDb(MotoDynamo),
     Gcs(FakeGcs),
     Datastore(DatastoreEmulator),
     /// A 3-node cluster, and what follows each node list in the URL (NATS: the bucket,
@@ -91,6 +95,7 @@ impl Backend {
             Kind::ZooKeeper => Server::ZooKeeper(ZooKeeper::start()),
             Kind::Kubernetes => Server::Kubernetes(KubeApiServer::start()),
             Kind::S3 => Server::S3(Moto::start()),
+            Kind::DynamoDb => Server::DynamoDb(MotoDynamo::start()),
             Kind::Gcs => Server::Gcs(FakeGcs::start()),
             Kind::Datastore => Server::Datastore(DatastoreEmulator::start()),
         };
@@ -179,7 +184,7 @@ impl Backend {
                 let file = contender.and_then(|i| self.kubeconfigs.get(i).cloned()).unwrap_or_else(|| api.kubeconfig());
                 vec![("KUBECONFIG".to_string(), file)]
             }
-            Server::S3(moto) => {
+            Server::S3(moto) | Server::DynamoDb(MotoDynamo { moto }) => {
                 let proxy = contender.and_then(|i| self.proxies.get(i));
                 let through = |(name, value): (&str, String)| match (name, proxy) {
                     ("AWS_ENDPOINT_URL", Some(proxy)) => format!("http://127.0.0.1:{}", proxy.port()),
@@ -214,7 +219,7 @@ impl Backend {
             Server::Nats(n) => Some(n.port()),
             Server::ZooKeeper(z) => Some(z.port()),
             Server::Kubernetes(api) => Some(api.port()),
-            Server::S3(moto) => Some(moto.port()),
+            Server::S3(moto) | Server::DynamoDb(MotoDynamo { moto }) => Some(moto.port()),
             Server::Gcs(gcs) => Some(gcs.port()),
             Server::Datastore(ds) => Some(ds.port()),
             Server::Cluster(..) => None,
@@ -235,6 +240,7 @@ impl Backend {
             Server::Kubernetes(_) => format!("k8s://{}", crate::servers::kubernetes::NAMESPACE),
             // The endpoint is in the environment (`env`).
             Server::S3(moto) => moto.url(),
+            Server::DynamoDb(dynamo) => dynamo.url(),
             // The server is in STORAGE_EMULATOR_HOST (`env`); the URL names the bucket.
             Server::Gcs(gcs) => gcs.url(),
             // The server is in the environment (`env`).
@@ -291,7 +297,7 @@ impl Backend {
             Server::Nats(n) => Some(n.pid()),
             Server::ZooKeeper(z) => Some(z.pid()),
             Server::Kubernetes(api) => Some(api.pid()),
-            Server::S3(moto) => Some(moto.pid()),
+            Server::S3(moto) | Server::DynamoDb(MotoDynamo { moto }) => Some(moto.pid()),
             Server::Gcs(gcs) => Some(gcs.pid()),
             _ => None,
         };
@@ -370,7 +376,7 @@ impl Backend {
             // moto keeps objects in memory: the test server replays the writes it recorded.
             // Its public port is a gate that stays open while moto is dead, so the port
             // cannot tell whether it is up: restart it always.
-            Server::S3(moto) => {
+            Server::S3(moto) | Server::DynamoDb(MotoDynamo { moto }) => {
                 moto.stop();
                 moto.start_again()
             }
