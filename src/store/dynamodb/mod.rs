@@ -239,7 +239,8 @@ impl Records for DynamoRecords {
         let mut pages =
             self.client.scan().table_name(&self.table).consistent_read(true).into_paginator().items().send();
         while let Some(attributes) = pages.next().await {
-            let attributes = attributes.map_err(|err| self.error("Scan", "", classify(&self.table, "Scan", err)))?;
+            let attributes = attributes
+                .map_err(|err| classify(&self.table, "Scan", err).into_error(&self.table, &self.region, "Scan"))?;
             let Some(lock) = lock_of(&attributes) else { continue };
             match parse(&attributes) {
                 Ok(item) => locks.push((lock.to_string(), item.record)),
