@@ -23,30 +23,36 @@
 //! next fault. A lease lost to a node fault counts as a false loss: with a quorum standing,
 //! it must cost none whose ttl exceeds the engine's failover time plus two renewals.
 //!
+//! Here: the run's settings, the schedule (a fault every gap, on the current holder) and the
+//! report. The faults and how each is applied are in `faults.rs`, the contenders and their
+//! supervisor in `contenders.rs`, the reading of the log in `checker.rs`, the store in
+//! `backend.rs`.
+//!
 //! A test instrument, not part of leaderrun.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use rand::{Rng, SeedableRng};
 
 mod backend;
 mod checker;
+mod contenders;
+mod faults;
 mod proxy;
 #[path = "../tests/servers/mod.rs"]
 mod servers;
 
 use backend::{Backend, Kind};
 use checker::{check, Applied};
-use proxy::Mode;
+use faults::Fault;
 
 const LOCK: &str = "faultrun";
 
@@ -57,110 +63,6 @@ const BEAT_SLACK_NS: u64 = 100_000_000;
 fn now_ns() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
-}
-
-/// The faults, each applied to the current holder and then healed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Fault {
-    KillWrapper,
-    KillChild,
-    StopWrapperShort,
-    StopWrapperAboutTtl,
-    StopWrapperLong,
-    TermWrapper,
-    Release,
-    KillServer,
-    FreezeServer,
-    CutHolderNetwork,
-    ResetHolderConnections,
-    SlowHolderNetwork,
-    KillLeaderNode,
-    FreezeLeaderNode,
-    KillHolderNode,
-    FreezeHolderNode,
-}
-
-impl Fault {
-    const ALL: [Fault; 16] = [
-        Fault::KillWrapper,
-        Fault::KillChild,
-        Fault::StopWrapperShort,
-        Fault::StopWrapperAboutTtl,
-        Fault::StopWrapperLong,
-        Fault::TermWrapper,
-        Fault::Release,
-        Fault::KillServer,
-        Fault::FreezeServer,
-        Fault::CutHolderNetwork,
-        Fault::ResetHolderConnections,
-        Fault::SlowHolderNetwork,
-        Fault::KillLeaderNode,
-        Fault::FreezeLeaderNode,
-        Fault::KillHolderNode,
-        Fault::FreezeHolderNode,
-    ];
-
-    /// A fault of one node of a cluster (`--cluster`): never two nodes down at once, so a
-    /// quorum always stands.
-    fn needs_cluster(self) -> bool {
-        matches!(
-            self,
-            Fault::KillLeaderNode | Fault::FreezeLeaderNode | Fault::KillHolderNode | Fault::FreezeHolderNode
-        )
-    }
-
-    fn needs_server(self) -> bool {
-        matches!(
-            self,
-            Fault::KillServer
-                | Fault::FreezeServer
-                | Fault::CutHolderNetwork
-                | Fault::ResetHolderConnections
-                | Fault::SlowHolderNetwork
-        )
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Fault::KillWrapper => "SIGKILL wrapper",
-            Fault::KillChild => "SIGKILL child",
-            Fault::StopWrapperShort => "SIGSTOP wrapper 0.3 ttl",
-            Fault::StopWrapperAboutTtl => "SIGSTOP wrapper 1.0 ttl",
-            Fault::StopWrapperLong => "SIGSTOP wrapper 2.0 ttl",
-            Fault::TermWrapper => "SIGTERM wrapper",
-            Fault::Release => "leaderrun release",
-            Fault::KillServer => "SIGKILL server, down 0.2-1.5 ttl",
-            Fault::FreezeServer => "SIGSTOP server 1.5 ttl",
-            Fault::CutHolderNetwork => "blackhole holder's network 1.5 ttl",
-            Fault::ResetHolderConnections => "reset holder's connections",
-            Fault::SlowHolderNetwork => "holder's network +100 ms, 2 ttl",
-            Fault::KillLeaderNode => "SIGKILL leader node, down 0.2-1.5 ttl",
-            Fault::FreezeLeaderNode => "SIGSTOP leader node 1.5 ttl",
-            Fault::KillHolderNode => "SIGKILL holder's node, down 0.2-1.5 ttl",
-            Fault::FreezeHolderNode => "SIGSTOP holder's node 1.5 ttl",
-        }
-    }
-
-    /// Whether the holder is expected to lose its lease (and exit 75) under this fault. A node
-    /// of a cluster is not: with a quorum standing, its loss must cost no lease whose ttl
-    /// exceeds the engine's failover time and two renewal attempts (a loss is a false one).
-    fn may_lose_lease(self) -> bool {
-        matches!(
-            self,
-            Fault::StopWrapperAboutTtl
-                | Fault::StopWrapperLong
-                | Fault::Release
-                | Fault::KillServer
-                | Fault::FreezeServer
-                | Fault::CutHolderNetwork
-        )
-    }
-
-    /// Whether the fault hits the store itself, and so every holder at once: with --slots, the
-    /// holders of the other slots may lose their leases to it too.
-    fn hits_every_holder(self) -> bool {
-        matches!(self, Fault::Release | Fault::KillServer | Fault::FreezeServer)
-    }
 }
 
 struct Config {
@@ -281,235 +183,6 @@ struct Run {
     slots: Arc<Mutex<Vec<Slot>>>,
     exits: Exits,
     stopping: Arc<AtomicBool>,
-}
-
-impl Run {
-    fn spawn_contender(&self, slot: usize, generation: u64) -> Slot {
-        let identity = format!("c{slot}-g{generation}");
-        let mut cmd = Command::new(sibling("leaderrun"));
-        cmd.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .envs(self.backend.env(Some(slot)))
-            .arg("--store")
-            .arg(self.backend.contender_url(slot))
-            .args(["--lock", LOCK, "--wait", "--ttl"])
-            .arg(humantime::format_duration(self.config.ttl).to_string())
-            .arg("--renew-every")
-            .arg(humantime::format_duration(self.config.renew_every).to_string())
-            .arg("--kill-after")
-            .arg(humantime::format_duration(self.config.kill_after).to_string())
-            .arg("--identity")
-            .arg(&identity)
-            .arg("--slots")
-            .arg(self.config.slots.to_string())
-            .arg("--")
-            .arg(sibling("leaderrun-probe"))
-            .arg("--log")
-            .arg(&self.log)
-            .arg("--lockfile")
-            .arg(self.dir.join(if self.config.slots > 1 { "probe-{slot}.flock" } else { "probe.flock" }))
-            .arg("--id")
-            .arg(&identity)
-            .arg("--beat")
-            .arg("50ms")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(self.dir.join("leaderrun.stderr"))
-                    .expect("stderr file"),
-            ));
-        let child = cmd.spawn().expect("spawn leaderrun");
-        Slot { child: Some(child), identity, generation }
-    }
-
-    /// Restart contenders that exit, as a supervisor would.
-    fn supervise(self: &Arc<Self>) -> thread::JoinHandle<()> {
-        let run = Arc::clone(self);
-        thread::spawn(move || {
-            while !run.stopping.load(Ordering::SeqCst) {
-                {
-                    let mut slots = run.slots.lock().unwrap();
-                    for i in 0..slots.len() {
-                        let exited = match slots[i].child.as_mut().map(|c| c.try_wait()) {
-                            Some(Ok(Some(status))) => Some(status.code().unwrap_or_else(|| {
-                                use std::os::unix::process::ExitStatusExt;
-                                128 + status.signal().unwrap_or(0)
-                            })),
-                            _ => None,
-                        };
-                        if let Some(code) = exited {
-                            run.exits.lock().unwrap().push((slots[i].identity.clone(), code, now_ns()));
-                            note(&run.log, &format!("EXIT {} {code} {}", slots[i].identity, now_ns()));
-                            if !run.stopping.load(Ordering::SeqCst) {
-                                let generation = slots[i].generation + 1;
-                                slots[i] = run.spawn_contender(i, generation);
-                            }
-                        }
-                    }
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-        })
-    }
-
-    /// The current holder's identity, from `leaderrun status --json`: with --slots, the
-    /// holder of a slot picked at random among the held ones.
-    fn holder(&self) -> Option<String> {
-        let out = Command::new(sibling("leaderrun"))
-            .env_clear()
-            .envs(self.backend.env(None))
-            .args(["status", "--json", "--store", &self.backend.url(), "--lock", LOCK])
-            .output()
-            .ok()?;
-        let value: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        let holders: Vec<String> = match value.as_array() {
-            Some(slots) => slots.iter().filter_map(|s| s.get("holder")?.as_str().map(String::from)).collect(),
-            None => value.get("holder").and_then(|h| h.as_str()).map(String::from).into_iter().collect(),
-        };
-        (!holders.is_empty()).then(|| holders[rand::rng().random_range(0..holders.len())].clone())
-    }
-
-    fn wrapper_pid(&self, identity: &str) -> Option<Pid> {
-        let slots = self.slots.lock().unwrap();
-        slots
-            .iter()
-            .find(|s| s.identity == identity)
-            .and_then(|s| s.child.as_ref())
-            .map(|c| Pid::from_raw(c.id() as i32))
-    }
-
-    /// Wait (up to 30 s) for a holder whose wrapper we know; None is a liveness failure.
-    fn current_holder(&self) -> Option<(String, Pid)> {
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
-            if let Some(identity) = self.holder() {
-                if let Some(pid) = self.wrapper_pid(&identity) {
-                    return Some((identity, pid));
-                }
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-
-    fn apply(&self, fault: Fault, holder: &str, wrapper: Pid) {
-        let ttl = self.config.ttl;
-        // Contender slot of the holder: identities read `c{slot}-g{generation}`.
-        let slot = holder.strip_prefix('c').and_then(|r| r.split('-').next()).and_then(|n| n.parse().ok());
-        match fault {
-            Fault::KillServer => {
-                let down = rand::rng().random_range(0.2..1.5);
-                self.backend.kill_server(ttl.mul_f64(down));
-                if self.backend.floor_restarts_with_server() {
-                    note(&self.log, &format!("EPOCH {}", now_ns()));
-                }
-            }
-            Fault::FreezeServer => self.backend.freeze_server(ttl.mul_f64(1.5)),
-            Fault::CutHolderNetwork => self.backend.network(slot.unwrap_or(0), Mode::Blackhole, ttl.mul_f64(1.5)),
-            Fault::ResetHolderConnections => {
-                self.backend.network(slot.unwrap_or(0), Mode::Reset, Duration::from_millis(100))
-            }
-            Fault::SlowHolderNetwork => {
-                self.backend.network(slot.unwrap_or(0), Mode::Delay(Duration::from_millis(100)), ttl * 2)
-            }
-            Fault::KillLeaderNode | Fault::KillHolderNode => {
-                let down = ttl.mul_f64(rand::rng().random_range(0.2..1.5));
-                let node = self.node_for(fault, slot);
-                note(&self.log, &format!("NODE {node} killed for {} ms", down.as_millis()));
-                self.backend.kill_node(node, down);
-            }
-            Fault::FreezeLeaderNode | Fault::FreezeHolderNode => {
-                let node = self.node_for(fault, slot);
-                note(&self.log, &format!("NODE {node} frozen"));
-                self.backend.freeze_node(node, ttl.mul_f64(1.5));
-            }
-            Fault::KillWrapper => {
-                let _ = kill(wrapper, Signal::SIGKILL);
-            }
-            Fault::KillChild => {
-                if let Some(child) = probe_of(wrapper) {
-                    let _ = kill(child, Signal::SIGKILL);
-                }
-            }
-            Fault::StopWrapperShort | Fault::StopWrapperAboutTtl | Fault::StopWrapperLong => {
-                let factor = match fault {
-                    Fault::StopWrapperShort => 0.3,
-                    Fault::StopWrapperAboutTtl => 1.0,
-                    _ => 2.0,
-                };
-                let _ = kill(wrapper, Signal::SIGSTOP);
-                thread::sleep(ttl.mul_f64(factor));
-                let _ = kill(wrapper, Signal::SIGCONT);
-            }
-            Fault::TermWrapper => {
-                let _ = kill(wrapper, Signal::SIGTERM);
-            }
-            Fault::Release => {
-                let _ = Command::new(sibling("leaderrun"))
-                    .env_clear()
-                    .envs(self.backend.env(None))
-                    .args(["release", "--store", &self.backend.url(), "--lock", LOCK])
-                    .stdout(Stdio::null())
-                    .status();
-            }
-        }
-    }
-
-    /// The node a cluster fault hits: the leader, or the node the holder's URL lists first
-    /// (the one its client prefers).
-    fn node_for(&self, fault: Fault, slot: Option<usize>) -> usize {
-        match fault {
-            Fault::KillLeaderNode | Fault::FreezeLeaderNode => self.backend.leader_node().unwrap_or(0),
-            _ => self.backend.preferred_node(slot.unwrap_or(0)),
-        }
-    }
-
-    fn stop_all(&self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        let mut slots = self.slots.lock().unwrap();
-        for slot in slots.iter_mut() {
-            if let Some(child) = &mut slot.child {
-                let pid = Pid::from_raw(child.id() as i32);
-                let _ = kill(pid, Signal::SIGCONT);
-                let _ = kill(pid, Signal::SIGTERM);
-            }
-        }
-        for slot in slots.iter_mut() {
-            if let Some(mut child) = slot.child.take() {
-                let started = Instant::now();
-                loop {
-                    if let Ok(Some(_)) = child.try_wait() {
-                        break;
-                    }
-                    if started.elapsed() > Duration::from_secs(15) {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        break;
-                    }
-                    thread::sleep(Duration::from_millis(20));
-                }
-            }
-        }
-    }
-}
-
-/// The probe running under `wrapper`: a child process named leaderrun-probe.
-fn probe_of(wrapper: Pid) -> Option<Pid> {
-    for entry in fs::read_dir("/proc").ok()?.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
-        let comm = &stat[open + 1..close];
-        let ppid = stat[close + 1..].split_whitespace().nth(1).and_then(|f| f.parse::<i32>().ok());
-        if comm.starts_with("leaderrun-probe") && ppid == Some(wrapper.as_raw()) {
-            return Some(Pid::from_raw(pid));
-        }
-    }
-    None
 }
 
 fn main() {

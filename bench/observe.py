@@ -7,7 +7,8 @@
 8b. `leaderrun watch -vvv` on a lock whose holder renews: the store requests it makes per
     second while nothing else changes, per store.
 
-It reuses bench.py's servers and helpers (same release binary, same Procs sweep). Run:
+It reuses bench.py's package, bench/leaderbench/ (its servers, the same release binary, the same
+Procs sweep). Run:
     python3 bench/observe.py [--store NAME ...] [--no-build] [--out FILE]
 """
 
@@ -15,10 +16,13 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench as b  # noqa: E402
+from leaderbench.build import LEADERRUN
+from leaderbench.probe import count_requests
+from leaderbench.procs import MARK, Procs
+from leaderbench.run import each_session, section_args, write_section
+from leaderbench.stats import fmt, lock_name, md_table
+from leaderbench.stores import Session
 
 CHECK_RUNS = 300
 WATCH_SETTLE = 5.0
@@ -26,18 +30,18 @@ WATCH_SECONDS = 30.0
 CHECK_STORES = {"sqlite", "postgres", "etcd"}
 
 
-def fig_check(session: "b.Session", mark: str) -> dict:
+def fig_check(session: Session, mark: str) -> dict:
     """hyperfine inside a child: check (lease file) vs status (the store) vs anchors."""
     d = session.dir / "check"
     d.mkdir()
-    lock, out = b.lock_name("check"), d / "hyperfine.json"
+    lock, out = lock_name("check"), d / "hyperfine.json"
     lockfile = d / "flock.lock"
-    bin_ = str(b.LEADERRUN)
+    bin_ = str(LEADERRUN)
     inner = ["hyperfine", "-N", "--warmup", "10", "--runs", str(CHECK_RUNS), "--export-json", str(out),
              "true", f"flock {lockfile} true", f"{bin_} check",
              f"{bin_} status --store {session.url} --lock {lock}"]
     argv = [bin_, "--store", session.url, "--lock", lock, "--ttl", "60s", "--", *inner]
-    with b.Procs(mark) as procs, open(d / "stderr", "wb") as err, open(d / "stdout", "wb") as so:
+    with Procs(mark) as procs, open(d / "stderr", "wb") as err, open(d / "stdout", "wb") as so:
         proc = procs.spawn(argv, stdout=so, stderr=err)
         if proc.wait(timeout=600) != 0:
             raise RuntimeError(f"hyperfine in a child failed: {(d / 'stderr').read_text()[-500:]}")
@@ -49,14 +53,14 @@ def fig_check(session: "b.Session", mark: str) -> dict:
                      for n, r in zip(names, results)]}
 
 
-def fig_watch(session: "b.Session", mark: str) -> dict:
+def fig_watch(session: Session, mark: str) -> dict:
     """A holder that renews (ttl 6 s: a renewal every 2 s), one `watch -vvv`: its requests."""
     d = session.dir / "watch"
     d.mkdir()
-    lock = b.lock_name("watch")
+    lock = lock_name("watch")
     trace = d / "watch.stderr"
-    bin_ = str(b.LEADERRUN)
-    with b.Procs(mark) as procs, open(d / "holder.stderr", "wb") as herr, open(trace, "wb") as werr, \
+    bin_ = str(LEADERRUN)
+    with Procs(mark) as procs, open(d / "holder.stderr", "wb") as herr, open(trace, "wb") as werr, \
             open(d / "watch.stdout", "wb") as wout:
         holder = procs.spawn([bin_, "--store", session.url, "--lock", lock, "--wait", "--ttl", "6s",
                               "--", "sleep", "1000"], stderr=herr)
@@ -68,9 +72,9 @@ def fig_watch(session: "b.Session", mark: str) -> dict:
             time.sleep(0.2)
         procs.spawn([bin_, "watch", "--store", session.url, "--lock", lock, "-vvv"], stdout=wout, stderr=werr)
         time.sleep(WATCH_SETTLE)
-        t0, before = time.monotonic(), b.count_requests(trace)
+        t0, before = time.monotonic(), count_requests(trace)
         time.sleep(WATCH_SECONDS)
-        t1, after = time.monotonic(), b.count_requests(trace)
+        t1, after = time.monotonic(), count_requests(trace)
     ops = after - before
     seconds = t1 - t0
     return {"store": session.store.name, "seconds": seconds, "requests": sum(ops.values()),
@@ -89,8 +93,8 @@ def report(checks: list, watches: list) -> str:
             rows.append([c["store"], "error: " + c["error"], "", "", ""])
             continue
         for r in c["rows"]:
-            rows.append([c["store"], r["command"], b.fmt(r["mean_ms"], 2), b.fmt(r["median_ms"], 2), b.fmt(r["p95_ms"], 2)])
-    lines += [b.md_table(["store", "command", "mean ms", "median ms", "p95 ms"], rows), ""]
+            rows.append([c["store"], r["command"], fmt(r["mean_ms"], 2), fmt(r["median_ms"], 2), fmt(r["p95_ms"], 2)])
+    lines += [md_table(["store", "command", "mean ms", "median ms", "p95 ms"], rows), ""]
     lines += ["### 8b. `leaderrun watch`: store requests while nothing but renewals happens", "",
               f"A `--wait --ttl 6s` holder (a renewal every 2 s) and one `watch -vvv`; requests counted "
               f"over {WATCH_SECONDS:g} s after {WATCH_SETTLE:g} s of settling.", ""]
@@ -100,26 +104,26 @@ def report(checks: list, watches: list) -> str:
             rows.append([w["store"], "error: " + w["error"], ""])
             continue
         by = ", ".join(f"{op} {n}/s" for op, n in w["by_op"].items()) or "-"
-        rows.append([w["store"], b.fmt(w["per_second"], 2), by])
-    lines += [b.md_table(["store", "requests/s", "by operation"], rows), ""]
+        rows.append([w["store"], fmt(w["per_second"], 2), by])
+    lines += [md_table(["store", "requests/s", "by operation"], rows), ""]
     return "\n".join(lines)
 
 
 def main() -> int:
-    args = b.section_args(__doc__)
+    args = section_args(__doc__)
     checks, watches = [], []
-    for session in b.each_session(lambda s: not args.store or s.name in args.store, "leaderrun-observe-"):
+    for session in each_session(lambda s: not args.store or s.name in args.store, "leaderrun-observe-"):
         store = session.store
         if store.name in CHECK_STORES:
             try:
-                checks.append(fig_check(session, f"{b.MARK}-fig"))
+                checks.append(fig_check(session, f"{MARK}-fig"))
             except Exception as err:
                 checks.append({"store": store.name, "error": repr(err)})
         try:
-            watches.append(fig_watch(session, f"{b.MARK}-fig"))
+            watches.append(fig_watch(session, f"{MARK}-fig"))
         except Exception as err:
             watches.append({"store": store.name, "error": repr(err)})
-    return b.write_section(report(checks, watches), args.out)
+    return write_section(report(checks, watches), args.out)
 
 
 if __name__ == "__main__":

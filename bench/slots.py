@@ -9,45 +9,48 @@ over the handoffs: with no herd it stays what a plain lock's herd costs (section
 many waiters there are. Also the most children seen at once (at most 3) and the overlaps
 (two children in one slot; flock on the slot's file, and the intervals).
 
-It reuses bench.py's servers and helpers (same release binary, same Procs sweep). Run:
+It reuses bench.py's package, bench/leaderbench/ (its servers, the same release binary, the same
+Procs sweep). Run:
     python3 bench/slots.py [--store NAME ...] [--no-build] [--out FILE]
 """
 
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench as b  # noqa: E402
+from leaderbench.probe import ProbeLog, count_requests, probe_argv, why_not
+from leaderbench.procs import MARK, Procs
+from leaderbench.run import each_session, section_args, write_section
+from leaderbench.stats import fmt, lock_name, md_table, ms, pct
+from leaderbench.stores import Session, leaderrun_command
 
 SLOTS = 3
 WAITERS = 30
 SETTLE = 8.0
 HOLD = "20ms"
 # The stores whose standbys are woken by a release (the others poll: section 2b has them).
-PUSH_STORES = ("sqlite", "postgres", "mariadb", "redis", "etcd", "nats", "zookeeper")
+PUSH_STORES = ("sqlite", "postgres", "mysql", "redis", "etcd", "nats", "zookeeper")
 
 
-def fig_slots(session: "b.Session", mark: str) -> dict:
+def fig_slots(session: Session, mark: str) -> dict:
     d = session.dir / "slots"
     d.mkdir()
-    log, lockfile, lock = d / "probe.log", d / "probe-{slot}.lock", b.lock_name("slots")
+    log, lockfile, lock = d / "probe.log", d / "probe-{slot}.lock", lock_name("slots")
     flags = ["-vvv", "--slots", str(SLOTS)]
-    probes = b.ProbeLog(log)
+    probes = ProbeLog(log)
     failure = None
-    with open(d / "stderr.log", "wb") as errf, b.Procs(mark) as procs:
+    with open(d / "stderr.log", "wb") as errf, Procs(mark) as procs:
         holders = []
         for i in range(SLOTS):
-            argv = b.leaderrun_command(session, lock, b.probe_argv(log, lockfile, f"h{i}", run_for="1000s"), True, flags)
+            argv = leaderrun_command(session, lock, probe_argv(log, lockfile, f"h{i}", run_for="1000s"), True, flags)
             holders.append(procs.spawn(argv, stderr=errf))
             if probes.wait("START", f"h{i}", 30, holders[-1]) is None:
-                return {"store": session.store.name, "failure": f"holder h{i} never started: " + b.why_not(holders[-1], d / "stderr.log")}
-        waiters = [procs.spawn(b.leaderrun_command(session, lock, b.probe_argv(log, lockfile, f"w{i}", run_for=HOLD), True, flags),
+                return {"store": session.store.name, "failure": f"holder h{i} never started: " + why_not(holders[-1], d / "stderr.log")}
+        waiters = [procs.spawn(leaderrun_command(session, lock, probe_argv(log, lockfile, f"w{i}", run_for=HOLD), True, flags),
                                stderr=errf) for i in range(WAITERS)]
         time.sleep(SETTLE)
-        before = b.count_requests(d / "stderr.log")
+        before = count_requests(d / "stderr.log")
         for h in holders:
-            b.Procs.terminate(h)
+            Procs.terminate(h)
         deadline = time.monotonic() + 60 + WAITERS * 5
         while time.monotonic() < deadline:
             probes.poll()
@@ -55,7 +58,7 @@ def fig_slots(session: "b.Session", mark: str) -> dict:
                 break
             time.sleep(0.05)
         probes.poll()
-        after = b.count_requests(d / "stderr.log")
+        after = count_requests(d / "stderr.log")
         bad_exits = sum(1 for w in waiters if w.wait(30) != 0)
     ran = [p for p in probes.start if p.startswith("w")]
     if len(ran) < WAITERS:
@@ -80,10 +83,10 @@ def fig_slots(session: "b.Session", mark: str) -> dict:
     for _, step in edges:
         alive += step
         most = max(most, alive)
-    gaps_ms = [b.ms(g) for g in gaps]
+    gaps_ms = [ms(g) for g in gaps]
     requests = sum((after - before).values())
-    return {"store": session.store.name, "handoffs": len(gaps), "p50_ms": b.pct(gaps_ms, 0.5),
-            "p99_ms": b.pct(gaps_ms, 0.99), "max_ms": max(gaps_ms, default=float("nan")),
+    return {"store": session.store.name, "handoffs": len(gaps), "p50_ms": pct(gaps_ms, 0.5),
+            "p99_ms": pct(gaps_ms, 0.99), "max_ms": max(gaps_ms, default=float("nan")),
             "requests_per_handoff": requests / len(gaps) if gaps else None, "most_at_once": most,
             "overlaps": overlaps, "bad_exits": bad_exits, "failure": failure}
 
@@ -101,23 +104,23 @@ def report(rows: list) -> str:
         if "handoffs" not in r:
             table.append([r["store"], "", "", "", "", "", "", "", r.get("failure", "")])
             continue
-        table.append([r["store"], r["handoffs"], b.fmt(r["p50_ms"]), b.fmt(r["p99_ms"]), b.fmt(r["max_ms"]),
-                      b.fmt(r["requests_per_handoff"]), r["most_at_once"], r["overlaps"], r["failure"] or ""])
-    lines += [b.md_table(["store", "handoffs", "p50 ms", "p99 ms", "max ms", "requests per handoff", "most at once",
+        table.append([r["store"], r["handoffs"], fmt(r["p50_ms"]), fmt(r["p99_ms"]), fmt(r["max_ms"]),
+                      fmt(r["requests_per_handoff"]), r["most_at_once"], r["overlaps"], r["failure"] or ""])
+    lines += [md_table(["store", "handoffs", "p50 ms", "p99 ms", "max ms", "requests per handoff", "most at once",
                           "overlaps", "failure"], table), ""]
     return "\n".join(lines)
 
 
 def main() -> int:
-    args = b.section_args(__doc__)
+    args = section_args(__doc__)
     rows = []
     wanted = lambda s: s.name in PUSH_STORES and (not args.store or s.name in args.store)  # noqa: E731
-    for session in b.each_session(wanted, "leaderrun-slots-"):
+    for session in each_session(wanted, "leaderrun-slots-"):
         try:
-            rows.append(fig_slots(session, f"{b.MARK}-fig"))
+            rows.append(fig_slots(session, f"{MARK}-fig"))
         except Exception as err:
             rows.append({"store": session.store.name, "failure": repr(err)})
-    return b.write_section(report(rows), args.out)
+    return write_section(report(rows), args.out)
 
 
 if __name__ == "__main__":

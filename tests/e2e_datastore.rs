@@ -1,23 +1,35 @@
 //! End-to-end tests of the `leaderrun` binary against Google's Datastore emulator (one per
-//! test): 20 contenders and one winner, a cron fleet, `--wait` handover, a kill -9 takeover
-//! after the client-timed observation, a holder riding out an emulator restart, status /
-//! list / release, and refusals (a bad URL or a reserved lock name exits 2; credentials
-//! that do not work exit 69 without showing them; -vvv shows no secret).
+//! test): the shared suite (tests/e2e/), and what only this store has: 20 contenders and one
+//! winner, status / list / release in a namespace and kind of the URL's, and refusals (a bad
+//! URL or a reserved lock name exits 2; credentials that do not work exit 69 without showing
+//! them; -vvv shows no secret).
 //!
 //! Every run finds the emulator through `DATASTORE_EMULATOR_HOST`, as Google's client
 //! libraries do. Fencing tokens come from the emulator's version counter, so they increase
-//! but do not start at 1.
+//! but do not start at 1. The emulator keeps its entities across a SIGTERM restart (and
+//! restarts its version counter, which the nonce makes harmless).
 
 mod common;
+mod e2e;
 mod servers;
 
 use std::fs;
 use std::process::Command;
 
 use common::*;
-use nix::sys::signal::Signal;
+use e2e::Tokens;
 use serde_json::Value;
 use servers::datastore_emulator::DatastoreEmulator;
+use servers::TestServer;
+
+e2e_suite!(DatastoreEmulator, tokens: Tokens::Rising, except {
+    a_wrong_secret_exits_69_in_one_line_without_showing_it:
+        "the emulator lets anyone in; credentials Google would refuse are in \
+         unusable_credentials_exit_69_in_one_line_without_showing_them",
+    verbose_output_never_shows_the_secret:
+        "the emulator lets anyone in: no secret to hide (debug_output_never_shows_a_secret hides a key file's)",
+    runs_over_mutual_tls: "the emulator is plain HTTP",
+});
 
 /// `sb.at`, reaching `ds` (and no Google credentials of the test runner's).
 fn at(sb: &Sandbox, ds: &DatastoreEmulator, args: &[&str]) -> Command {
@@ -30,7 +42,7 @@ fn at(sb: &Sandbox, ds: &DatastoreEmulator, args: &[&str]) -> Command {
 /// a URL, and the emulator's address travels in the environment).
 fn datastore() -> (DatastoreEmulator, Sandbox) {
     let ds = DatastoreEmulator::start();
-    let sb = Sandbox::new().with_env("DATASTORE_EMULATOR_HOST", &ds.host());
+    let sb = Sandbox::new().with_envs(ds.env());
     (ds, sb)
 }
 
@@ -47,52 +59,6 @@ fn twenty_contenders_one_winner() {
     let events = sb.lines("events");
     assert_eq!(events.len(), 1, "exactly one of twenty runs: {events:?}");
     assert!(events[0].starts_with("ran "), "{events:?}");
-}
-
-#[test]
-fn cron_fleet_runs_each_firing_exactly_once() {
-    let (ds, sb) = datastore();
-    assert_cron_fleet_runs_once(&sb, &ds.url());
-}
-
-#[test]
-fn wait_handover_runs_every_waiter_once_in_turn() {
-    let (ds, sb) = datastore();
-    assert_waiters_take_turns(&sb, &ds.url());
-}
-
-/// The emulator keeps its entities across a SIGTERM restart (and restarts its version
-/// counter, which the nonce makes harmless): the holder's renewals carry on.
-#[test]
-fn a_holder_rides_out_an_emulator_restart() {
-    let (ds, sb) = datastore();
-    assert_holder_rides_out_an_outage(&sb, &ds.url(), || ds.stop(), || ds.start_again(), None);
-}
-
-/// Datastore ends no lease: after a kill -9 the entity stays as it was, and the standby
-/// takes it once it has seen it unchanged for a whole lease. The watchdog has stopped the
-/// first child by then.
-#[test]
-fn a_killed_holder_is_replaced_after_one_observation() {
-    let (ds, sb) = datastore();
-    let script = r#"exec 9>>"$D/flock"; flock -n 9 || echo "OVERLAP" >> "$D/events"
-echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"; exec sleep 1000"#;
-    let timing = ["--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"];
-    let args = [&["--lock", "worker", "--wait"][..], &timing, &["--", "sh", "-c", script]].concat();
-    let first = sb.spawn("first", at(&sb, &ds, &args));
-    wait_for(|| sb.lines("events").len() == 1, SOON, "the first child");
-    let mut standby = sb.spawn("standby", at(&sb, &ds, &args));
-
-    first.signal(Signal::SIGKILL);
-    wait_for(|| sb.lines("events").len() == 2, WITHIN_A_LEASE, "the standby's child");
-    let events = sb.lines("events");
-    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children at once: {events:?}");
-    let tokens: Vec<u64> = events.iter().filter_map(|l| l.strip_prefix("start ")?.parse().ok()).collect();
-    assert!(tokens.len() == 2 && tokens[1] > tokens[0], "{events:?}");
-
-    standby.signal(Signal::SIGTERM);
-    assert_eq!(standby.wait_code(SOON), 128 + 15, "stderr {:?}", standby.stderr());
-    sb.wait_no_processes_left(SOON);
 }
 
 #[test]

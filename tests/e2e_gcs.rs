@@ -1,37 +1,34 @@
 //! End-to-end tests of the `leaderrun` binary against fake-gcs-server (one server per
-//! test): a cron fleet, `--wait` handover, twenty contenders, a kill -9 takeover after the
-//! client-timed observation, a holder riding out an outage, and refusals.
+//! test): the shared suite (tests/e2e/), and what only this store has: twenty one-shot
+//! contenders, a missing bucket, bad URLs, and a service-account key that never shows.
 //!
 //! Each sandbox passes `STORAGE_EMULATOR_HOST` to every command, as a user of Google's
 //! client libraries sets it for an emulator (no credentials are then looked for). Fencing
 //! tokens follow the server's clock (seconds × 1,000,000), so they increase but do not start
-//! at 1.
+//! at 1. The server keeps its objects on disk, so they outlive its restarts.
 
 mod common;
+mod e2e;
 mod servers;
 
 use std::fs;
 
 use common::*;
-use nix::sys::signal::Signal;
+use e2e::Tokens;
 use servers::fake_gcs::FakeGcs;
+use servers::TestServer;
+
+e2e_suite!(FakeGcs, tokens: Tokens::Rising, except {
+    a_wrong_secret_exits_69_in_one_line_without_showing_it:
+        "the emulator lets anyone in; a key Google would refuse is in debug_output_never_shows_the_key_or_the_token",
+    verbose_output_never_shows_the_secret: "the emulator lets anyone in: no secret to hide",
+    runs_over_mutual_tls: "the emulator is plain HTTP here",
+});
 
 fn gcs() -> (FakeGcs, Sandbox) {
     let gcs = FakeGcs::start();
-    let sb = Sandbox::new().with_env("STORAGE_EMULATOR_HOST", &gcs.endpoint());
+    let sb = Sandbox::new().with_envs(gcs.env());
     (gcs, sb)
-}
-
-#[test]
-fn cron_fleet_runs_each_firing_exactly_once() {
-    let (gcs, sb) = gcs();
-    assert_cron_fleet_runs_once(&sb, &gcs.url());
-}
-
-#[test]
-fn wait_handover_runs_every_waiter_once_in_turn() {
-    let (gcs, sb) = gcs();
-    assert_waiters_take_turns(&sb, &gcs.url());
 }
 
 /// Twenty one-shot contenders at once: exactly one runs its child, the others exit 0
@@ -45,61 +42,6 @@ fn of_twenty_contenders_exactly_one_runs() {
         assert_eq!(run.wait_code(WITHIN_A_LEASE), 0, "stderr {:?}", run.stderr());
     }
     assert_eq!(sb.lines("runs").len(), 1, "exactly one child: {:?}", sb.lines("runs"));
-}
-
-/// The server is stopped and started again; its objects are on disk.
-#[test]
-fn a_holder_rides_out_a_short_outage() {
-    let (gcs, sb) = gcs();
-    assert_holder_rides_out_an_outage(&sb, &gcs.url(), || gcs.stop(), || gcs.start_again(), None);
-}
-
-/// Cloud Storage ends no lease: after a kill -9 the object stays as it was, and the standby
-/// takes it once it has seen it unchanged for a whole lease. The watchdog has stopped the
-/// first child by then.
-#[test]
-fn a_killed_holder_is_replaced_after_one_observation() {
-    let (gcs, sb) = gcs();
-    let url = gcs.url();
-    // Each child holds a file lock for its whole life, so two children at once are caught.
-    let script = r#"exec 9>>"$D/flock"; flock -n 9 || echo "OVERLAP" >> "$D/events"
-echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"; exec sleep 1000"#;
-    let timing = ["--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"];
-    let args = [&["--lock", "worker", "--wait"][..], &timing, &["--", "sh", "-c", script]].concat();
-    let first = sb.spawn("first", sb.at(&url, &args));
-    wait_for(|| sb.lines("events").len() == 1, SOON, "the first child");
-    let mut standby = sb.spawn("standby", sb.at(&url, &args));
-
-    first.signal(Signal::SIGKILL);
-    wait_for(|| sb.lines("events").len() == 2, WITHIN_A_LEASE, "the standby's child");
-    let events = sb.lines("events");
-    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children at once: {events:?}");
-    let tokens: Vec<u64> = events.iter().filter_map(|l| l.strip_prefix("start ")?.parse().ok()).collect();
-    assert!(tokens.len() == 2 && tokens[1] > tokens[0], "{events:?}");
-
-    standby.signal(Signal::SIGTERM);
-    assert_eq!(standby.wait_code(SOON), 128 + 15, "stderr {:?}", standby.stderr());
-    sb.wait_no_processes_left(SOON);
-}
-
-#[test]
-fn status_list_and_release_see_the_holder() {
-    let (gcs, sb) = gcs();
-    let url = gcs.url();
-    let args = ["--lock", "job", "--wait", "--", "sh", "-c", r#"touch "$D/started"; exec sleep 1000"#];
-    let mut holder = sb.spawn("holder", sb.at(&url, &args));
-    wait_for(|| sb.exists("started"), SOON, "the child");
-    let (code, status) = status_json(&sb, &url, "job");
-    assert_eq!(code, 0, "held: {status}");
-    let out = sb.output(sb.at(&url, &["list", "--json"]));
-    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
-    assert!(stdout_of(&out).contains("\"job\""), "{}", stdout_of(&out));
-    let out = sb.output(sb.at(&url, &["release", "--lock", "job"]));
-    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
-    // The holder sees the revocation at its next renewal and stops its child.
-    let code = holder.wait_code(WITHIN_A_LEASE);
-    assert_ne!(code, 0, "a revoked holder does not exit 0; stderr {:?}", holder.stderr());
-    sb.wait_no_processes_left(SOON);
 }
 
 #[test]

@@ -1,11 +1,13 @@
 //! End-to-end tests of the `leaderrun` binary against the test Kubernetes API server (one
-//! per test): a cron fleet, `--wait` handover, a SIGKILLed holder replaced, a holder riding
-//! out an outage; kubectl reading and evicting a holder; refused credentials; and a real
-//! client-go-style elector (the Python `kubernetes` client's) sharing the lock.
+//! per test): the shared suite (tests/e2e/), where a kubeconfig named by KUBECONFIG finds the
+//! server; and what only this store has: kubectl reading and evicting a holder, refused
+//! credentials, and a real client-go-style elector (the Python `kubernetes` client's) sharing
+//! the lock.
 //!
-//! Each sandbox's HOME holds the kubeconfig (~/.kube/config), as a user's would.
+//! Here each sandbox's HOME holds the kubeconfig (~/.kube/config), as a user's would.
 
 mod common;
+mod e2e;
 mod servers;
 
 use std::path::Path;
@@ -13,8 +15,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use nix::sys::signal::Signal;
-use servers::kubernetes::{KubeApiServer, NAMESPACE};
+use e2e::Tokens;
+use servers::kubernetes::{KubeApiServer, NAMESPACE, WRONG_TOKEN};
+
+e2e_suite!(KubeApiServer, tokens: Tokens::Rising, except {
+    runs_over_mutual_tls: "every test here is over TLS (the kubeconfig's CA), and clients sign in with a token, not a certificate",
+});
 
 const URL: &str = "k8s://";
 
@@ -34,49 +40,6 @@ fn started() -> (KubeApiServer, Sandbox) {
     let server = KubeApiServer::start();
     let sb = sandbox_with(&server.kubeconfig());
     (server, sb)
-}
-
-#[test]
-fn cron_fleet_runs_each_firing_exactly_once() {
-    let (_server, sb) = started();
-    assert_cron_fleet_runs_once(&sb, URL);
-}
-
-#[test]
-fn wait_handover_runs_every_waiter_once_in_turn() {
-    let (_server, sb) = started();
-    assert_waiters_take_turns(&sb, URL);
-}
-
-#[test]
-fn a_holder_rides_out_a_short_outage() {
-    let (server, sb) = started();
-    assert_holder_rides_out_an_outage(&sb, URL, || server.stop(), || server.start_again(), Some(server.token()));
-}
-
-/// A holder killed with SIGKILL renews no more; its watchdog stops its child by the
-/// deadline, and a standby takes over once it has seen the Lease unchanged for a whole
-/// lease. The two children never overlap (the second would find the first's flock taken).
-#[test]
-fn a_killed_holder_is_replaced_after_a_lease() {
-    let (_server, sb) = started();
-    let first = r#"exec 9>>"$D/flock"; flock -n 9 || echo OVERLAP >> "$D/events"
-        echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
-    let second = r#"exec 9>>"$D/flock"; flock -n 9 || echo OVERLAP >> "$D/events"
-        echo "$LEADERRUN_FENCING_TOKEN" > "$D/second""#;
-    let args = ["--lock", "worker", "--wait", "--ttl", "3s", "--renew-every", "1s", "--kill-after", "1s"];
-    let holder = sb.spawn("holder", sb.at(URL, &[&args[..], &["--", "sh", "-c", first]].concat()));
-    let child = sb.wait_pid("child.pid");
-    let (_, before) = status_json(&sb, URL, "worker");
-    let standby = sb.spawn("standby", sb.at(URL, &[&args[..], &["--", "sh", "-c", second]].concat()));
-
-    holder.signal(Signal::SIGKILL);
-    let out = standby.finish(Duration::from_secs(60));
-    assert_eq!(out.status.code(), Some(0), "the standby's stderr {:?}", stderr_of(&out));
-    assert!(!pid_alive(child), "the first child must be dead");
-    assert!(!sb.read("events").contains("OVERLAP"), "two children at once");
-    let token: u64 = sb.read("second").trim().parse().expect("the second child ran");
-    assert!(token > before["fencing_token"].as_u64().unwrap(), "{token} after {before}");
 }
 
 /// kubectl sees who holds the lock, and `kubectl delete lease` evicts the holder at its next
@@ -126,7 +89,7 @@ fn refused_credentials_exit_69_in_one_line_without_the_token() {
             for needle in needles {
                 assert!(err.contains(needle), "{needle:?} missing from {err:?}");
             }
-            for token in [server.token(), server.denied_token(), "wrong-token-5ecr3t"] {
+            for token in [server.token(), server.denied_token(), WRONG_TOKEN] {
                 assert!(!err.contains(token) && !stdout.contains(token), "a token shown: {err:?}");
             }
             assert!(!sb.exists("ran"), "nothing runs without the store");
@@ -194,15 +157,4 @@ fn a_lease_the_python_elector_released_is_free_at_once() {
     let out = sb.output(sb.at(URL, &run));
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     assert!(sb.exists("ran"), "the released Lease was taken at once");
-}
-
-/// Even the store client's own debug output (-vvv) never shows the bearer token.
-#[test]
-fn verbose_output_never_shows_the_token() {
-    let (server, sb) = started();
-    let out = sb.output(sb.at(URL, &["-vvv", "--lock", "verbose", "--", "true"]));
-    let err = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "stderr {err:?}");
-    assert!(err.lines().count() > 5, "-vvv says what it does: {err:?}");
-    assert!(!err.contains(server.token()) && !stdout_of(&out).contains(server.token()), "the token shown");
 }

@@ -1,71 +1,46 @@
 //! End-to-end tests of the `leaderrun` binary against a real MariaDB server (started by
-//! each test on loopback, in a temp dir): a cron fleet, `--wait` handover, a password
-//! that never shows, and a holder's life through a short and a long server outage.
+//! each test on loopback, in a temp dir): the shared suite (tests/e2e/), and what only this
+//! store has: the `mariadb://` scheme, least privileges, sessions left behind, and a frozen
+//! first waiter.
 //!
 //! Every command gets `--store URL` explicitly. Waits are on events with generous
 //! bounds; nothing asserts that something was fast.
 
 mod common;
+mod e2e;
 mod servers;
 
 use std::time::Duration;
 
 use common::*;
+use e2e::Tokens;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use servers::mariadb::Mariadb;
 
-#[test]
-fn cron_fleet_runs_each_firing_exactly_once() {
-    let (db, sb) = (Mariadb::start(), Sandbox::new());
-    let url = db.url();
-    // Ten hosts' cron fire at once; the table does not exist yet, so they also race to create it.
-    let args = ["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", CRON_JOB];
-    let running: Vec<Wrapper> = (0..10).map(|i| sb.spawn(&format!("cron-{i}"), sb.at(&url, &args))).collect();
-    assert_quiet_runs(running);
-    assert_eq!(sb.lines("runs"), vec!["ran 1"], "exactly one child must run");
+e2e_suite!(Mariadb, tokens: Tokens::FromOne, except {
+    runs_over_mutual_tls: "the test MariaDB server does not speak TLS",
+});
 
-    // The lease stays taken for --min-hold; the mariadb:// scheme names the same store.
-    let mariadb_url = url.replacen("mysql://", "mariadb://", 1);
+/// `mariadb://` names the same store as `mysql://`: a lease taken through one is held
+/// through the other.
+#[test]
+fn the_mariadb_scheme_names_the_same_store() {
+    let (db, sb) = (Mariadb::start(), Sandbox::new());
+    let script = r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/ran""#;
+    let out = sb.output(sb.at(&db.url(), &["--lock", "nightly", "--min-hold", "30s", "--", "sh", "-c", script]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert_eq!(sb.read("ran"), "1\n");
+    let mariadb_url = db.url().replacen("mysql://", "mariadb://", 1);
     let (code, status) = status_json(&sb, &mariadb_url, "nightly");
     assert_eq!(
         (code, &status["fencing_token"], status["held"].as_bool()),
         (0, &Value::from(1), Some(true)),
         "{status}"
     );
-    let out = sb.output(sb.at(&mariadb_url, &["--lock", "nightly", "--", "sh", "-c", CRON_JOB]));
+    let out = sb.output(sb.at(&mariadb_url, &["--lock", "nightly", "--", "sh", "-c", script]));
     assert_eq!(out.status.code(), Some(0), "a late firing inside --min-hold; stderr {:?}", stderr_of(&out));
-    assert_eq!(sb.lines("runs"), vec!["ran 1"], "a late firing inside --min-hold must run nothing");
-}
-
-#[test]
-fn wait_handover_runs_every_waiter_once_in_turn() {
-    let (db, sb) = (Mariadb::start(), Sandbox::new());
-    let tokens = assert_waiters_take_turns(&sb, &db.url());
-    assert_eq!(tokens, [1, 2, 3, 4], "one token per acquisition, exactly as the store wrote it");
-}
-
-#[test]
-fn a_wrong_password_is_never_shown() {
-    let (db, sb) = (Mariadb::start(), Sandbox::new());
-    let wrong = format!("Wrong{}", db.password());
-    let url = db.url().replace(db.password(), &wrong);
-    let out = sb.output(sb.at(&url, &["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#]));
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(69), "the store refused us; stderr {stderr:?}");
-    assert!(!sb.exists("ran"), "the child must not run");
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
-    assert!(stderr.contains("leaderrun:***@127.0.0.1"), "the URL is shown with the password masked: {stderr:?}");
-    assert!(stderr.contains("Access denied"), "the message says why: {stderr:?}");
-    assert!(!stderr.contains(&wrong) && !stderr.contains(db.password()), "the password leaked: {stderr:?}");
-
-    // Nor does status, on a server that is down.
-    drop(db);
-    let out = sb.output(sb.at(&url, &["status", "--lock", "x"]));
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(69), "stderr {stderr:?}");
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
-    assert!(stderr.contains("***") && !stderr.contains(&wrong), "{stderr:?}");
+    assert_eq!(sb.read("ran"), "1\n", "a late firing inside --min-hold must run nothing");
 }
 
 #[test]
@@ -100,57 +75,6 @@ fn start_holder(sb: &Sandbox, url: &str, timing: &[&str]) -> (Wrapper, i32) {
     let holder = sb.spawn("holder", sb.at(url, &args));
     let child = sb.wait_pid("holder.pid");
     (holder, child)
-}
-
-#[test]
-fn a_holder_rides_out_a_short_outage() {
-    let (db, sb) = (Mariadb::start(), Sandbox::new());
-    let url = db.url();
-    let (mut holder, child) = start_holder(&sb, &url, &["--ttl", "6s", "--renew-every", "1s", "--kill-after", "1s"]);
-
-    let outage = std::time::Instant::now();
-    db.stop();
-    std::thread::sleep(Duration::from_millis(1500));
-    db.start_again();
-    eprintln!("the server was down for {:?}", outage.elapsed());
-    // Longer than the lease: only renewals after the restart can have kept the child alive.
-    std::thread::sleep(Duration::from_secs(8));
-    assert!(pid_alive(child), "the child was stopped; wrapper stderr {:?}", holder.stderr());
-    assert!(holder.try_status().is_none(), "the wrapper exited; stderr {:?}", holder.stderr());
-    let (code, status) = status_json(&sb, &url, "worker");
-    assert_eq!((code, &status["fencing_token"]), (0, &Value::from(1)), "still the first lease: {status}");
-
-    assert!(!holder.stderr().contains(db.password()), "{:?}", holder.stderr());
-    eprintln!("the holder said: {}", holder.stderr());
-
-    holder.signal(Signal::SIGTERM);
-    assert_eq!(holder.wait_code(SOON), 128 + 15, "stderr {:?}", holder.stderr());
-    assert!(!pid_alive(child));
-    let (code, _) = status_json(&sb, &url, "worker");
-    assert_eq!(code, 1, "released on the way out");
-}
-
-#[test]
-fn an_outage_longer_than_the_lease_stops_the_child() {
-    let (db, sb) = (Mariadb::start(), Sandbox::new());
-    let url = db.url();
-    let (mut holder, child) =
-        start_holder(&sb, &url, &["--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"]);
-
-    db.stop();
-    assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "lease lost while the child ran; stderr {:?}", holder.stderr());
-    assert!(!pid_alive(child), "the child must be stopped");
-    assert!(!holder.stderr().contains(db.password()), "{:?}", holder.stderr());
-
-    // The server back and the lease lapsed on its clock: the next run gets the next token.
-    db.start_again();
-    let free = || status_json(&sb, &url, "worker").0 == 1;
-    wait_for(free, WITHIN_A_LEASE, "the lost lease to lapse on the server");
-    let script = r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/next""#;
-    let out = sb.output(sb.at(&url, &["--lock", "worker", "--", "sh", "-c", script]));
-    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
-    assert_eq!(sb.read("next"), "2\n");
-    sb.wait_no_processes_left(SOON);
 }
 
 #[test]

@@ -1,54 +1,19 @@
 //! End-to-end tests of the `leaderrun` binary against a real NATS server with JetStream (one
-//! per test): a cron fleet, `--wait` handover, a password that never shows, a holder riding
-//! out a short outage, and Choria's evict (deleting the key) stopping the holder's child.
+//! per test): the shared suite (tests/e2e/), and what only this store has: Choria's buckets
+//! (its evict, its max age, its leaders seen by status and release) and its URL's parameters.
 //! Fencing tokens are stream sequences: they increase, but do not start at 1.
 
 mod common;
+mod e2e;
 mod servers;
 
 use std::time::Duration;
 
 use common::*;
+use e2e::Tokens;
 use servers::nats::Nats;
 
-#[test]
-fn cron_fleet_runs_each_firing_exactly_once() {
-    let (nats, sb) = (Nats::start(), Sandbox::new());
-    assert_cron_fleet_runs_once(&sb, &nats.url());
-}
-
-#[test]
-fn wait_handover_runs_every_waiter_once_in_turn() {
-    let (nats, sb) = (Nats::start(), Sandbox::new());
-    assert_waiters_take_turns(&sb, &nats.url());
-}
-
-#[test]
-fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
-    let (nats, sb) = (Nats::start(), Sandbox::new());
-    slots::assert_a_semaphore_of_three(&sb, &nats.url());
-    let sb = Sandbox::new();
-    slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &nats.url());
-}
-
-#[test]
-fn a_wrong_password_exits_69_without_showing_it() {
-    let (nats, sb) = (Nats::start(), Sandbox::new());
-    let wrong = nats.url().replace(nats.password(), "Wrong-Password-42");
-    let out = sb.output(sb.at(&wrong, &["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#]));
-    let err = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
-    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
-    assert!(err.contains("***") && err.contains("authorization violation"), "{err:?}");
-    assert!(!err.contains("Wrong-Password-42") && !stdout_of(&out).contains("Wrong-Password-42"), "{err:?}");
-    assert!(!sb.exists("ran"), "nothing runs without the store");
-}
-
-#[test]
-fn a_holder_rides_out_a_short_outage() {
-    let (nats, sb) = (Nats::start(), Sandbox::new());
-    assert_holder_rides_out_an_outage(&sb, &nats.url(), || nats.stop(), || nats.start_again(), Some(nats.password()));
-}
+e2e_suite!(Nats, tokens: Tokens::Rising);
 
 #[test]
 fn deleting_the_key_choria_style_stops_the_holder() {

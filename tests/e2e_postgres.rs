@@ -1,123 +1,22 @@
 //! End-to-end tests of the `leaderrun` binary against a real PostgreSQL server (one per
-//! test): a cron fleet, `--wait` handover, a password that never shows, and a holder
-//! riding out a short outage but stopping its child in a long one.
+//! test): the shared suite (tests/e2e/), and what only this store has: the table named in the
+//! URL, a waiting worker started before its database, and a frozen first waiter.
 
 mod common;
+mod e2e;
 mod servers;
 
-use std::process::Output;
 use std::time::Duration;
 
 use common::*;
+use e2e::Tokens;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use servers::postgres::Postgres;
 
-#[test]
-fn cron_fleet_runs_each_firing_exactly_once() {
-    let (pg, sb) = (Postgres::start(), Sandbox::new());
-    // Ten hosts fire at once on a database that has no table yet: all race to create it.
-    assert_eq!(assert_cron_fleet_runs_once(&sb, &pg.url()), 1);
-}
-
-#[test]
-fn wait_handover_runs_every_waiter_once_in_turn() {
-    let (pg, sb) = (Postgres::start(), Sandbox::new());
-    assert_waiters_take_turns(&sb, &pg.url());
-}
-
-#[test]
-fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
-    let (pg, sb) = (Postgres::start(), Sandbox::new());
-    slots::assert_a_semaphore_of_three(&sb, &pg.url());
-    let sb = Sandbox::new();
-    slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &pg.url());
-}
-
-/// Exits 69 with one line on stderr that shows the URL masked and never `secret`.
-fn assert_store_failure(out: &Output, secret: &str, case: &str) {
-    let err = stderr_of(out);
-    assert_eq!(out.status.code(), Some(69), "{case}: stderr {err:?}");
-    assert_eq!(err.lines().count(), 1, "{case}: one line: {err:?}");
-    assert!(err.contains("***"), "{case}: the URL is shown masked: {err:?}");
-    assert!(!err.contains(secret) && !stdout_of(out).contains(secret), "{case}: the password leaked: {err:?}");
-}
-
-#[test]
-fn the_password_never_shows() {
-    let (pg, sb) = (Postgres::start(), Sandbox::new());
-    let (url, password) = (pg.url(), pg.password().to_string());
-    let job = ["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#];
-
-    let wrong = url.replace(&password, "Wrong-Password-42");
-    let out = sb.output(sb.at(&wrong, &job));
-    assert_store_failure(&out, "Wrong-Password-42", "a wrong password");
-    assert!(stderr_of(&out).contains("password authentication failed"), "{:?}", stderr_of(&out));
-    let closed = url.replace(&format!(":{}/", pg.port()), &format!(":{}/", servers::free_port()));
-    let out = sb.output(sb.at(&closed, &job));
-    assert_store_failure(&out, &password, "a closed port");
-    assert!(!sb.exists("ran"), "nothing runs without the store");
-
-    // Everything a working run and the other commands print, even at -vvv.
-    let mut outputs = vec![sb.output(sb.at(&url, &[&["-vvv", "--min-hold", "1h"][..], &job].concat()))];
-    assert_eq!(outputs[0].status.code(), Some(0), "stderr {:?}", stderr_of(&outputs[0]));
-    assert!(sb.exists("ran"));
-    for (name, args) in [
-        ("status", vec!["--lock", "pw"]),
-        ("status", vec!["--json", "--lock", "pw"]),
-        ("list", vec!["--json"]),
-        ("list", vec![]),
-        ("release", vec!["-v", "--lock", "pw"]),
-    ] {
-        let out = sb.output(sb.at(&url, &[&[name][..], &args].concat()));
-        assert_eq!(out.status.code(), Some(0), "{name} {args:?}: stderr {:?}", stderr_of(&out));
-        outputs.push(out);
-    }
-    for out in &outputs {
-        let all = format!("{}{}", stdout_of(out), stderr_of(out));
-        assert!(!all.contains(&password), "the password leaked: {all}");
-    }
-}
-
-/// A `--wait` holder whose child runs until stopped; returns it and the child's pid.
-fn start_holder(sb: &Sandbox, url: &str, lease: &[&str]) -> (Wrapper, i32) {
-    let script = r#"echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 1000"#;
-    let args = [&["--lock", "worker", "--wait"][..], lease, &["--", "sh", "-c", script]].concat();
-    let holder = sb.spawn("holder", sb.at(url, &args));
-    let child = sb.wait_pid("child.pid");
-    (holder, child)
-}
-
-#[test]
-fn a_holder_rides_out_a_short_outage() {
-    let (pg, sb) = (Postgres::start(), Sandbox::new());
-    assert_holder_rides_out_an_outage(&sb, &pg.url(), || pg.stop(), || pg.start_again(), Some(pg.password()));
-}
-
-#[test]
-fn a_longer_outage_stops_the_child_and_loses_the_lease() {
-    let (pg, sb) = (Postgres::start(), Sandbox::new());
-    let url = pg.url();
-    let (mut holder, child) = start_holder(&sb, &url, &["--ttl", "3s", "--renew-every", "1s", "--kill-after", "1s"]);
-
-    pg.stop();
-    assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "lease lost; stderr {:?}", holder.stderr());
-    assert!(!pid_alive(child), "the child must be stopped when the lease cannot be renewed");
-    assert!(!holder.stderr().contains(pg.password()), "{:?}", holder.stderr());
-
-    // Back up: the lease lapses on the server's clock and the next run gets the next token.
-    pg.start_again();
-    wait_for(
-        || sb.output(sb.at(&url, &["status", "--lock", "worker"])).status.code() == Some(1),
-        WITHIN_A_LEASE,
-        "the lease to lapse",
-    );
-    let out = sb
-        .output(sb.at(&url, &["--lock", "worker", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/next""#]));
-    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
-    assert_eq!(sb.read("next"), "2\n");
-    sb.wait_no_processes_left(SOON);
-}
+e2e_suite!(Postgres, tokens: Tokens::FromOne, except {
+    runs_over_mutual_tls: "the test PostgreSQL server does not speak TLS",
+});
 
 #[test]
 fn init_prints_or_creates_the_table_named_in_the_url() {

@@ -1,54 +1,17 @@
 //! End-to-end tests of the `leaderrun` binary against a real Redis server (one per test):
-//! a cron fleet, `--wait` handover, a password that never shows, and a holder riding out
-//! a short outage.
+//! the shared suite (tests/e2e/), and what only this store has: its URL's parameters, a
+//! server that may evict keys, and `watch` through an outage.
 
 mod common;
+mod e2e;
 mod servers;
 
 use common::*;
+use e2e::Tokens;
 use nix::sys::signal::Signal;
 use servers::redis::Redis;
 
-#[test]
-fn cron_fleet_runs_each_firing_exactly_once() {
-    let (redis, sb) = (Redis::start(), Sandbox::new());
-    let token = assert_cron_fleet_runs_once(&sb, &redis.url());
-    // The first acquisition of a lock on a fresh server.
-    assert_eq!(token, 1);
-}
-
-#[test]
-fn wait_handover_runs_every_waiter_once_in_turn() {
-    let (redis, sb) = (Redis::start(), Sandbox::new());
-    assert_waiters_take_turns(&sb, &redis.url());
-}
-
-#[test]
-fn slots_a_semaphore_of_three_and_a_waiter_that_takes_the_slot_that_frees() {
-    let (redis, sb) = (Redis::start(), Sandbox::new());
-    slots::assert_a_semaphore_of_three(&sb, &redis.url());
-    let sb = Sandbox::new();
-    slots::assert_a_waiter_takes_the_slot_that_frees(&sb, &redis.url());
-}
-
-#[test]
-fn slots_runs_with_different_counts_never_exceed_the_largest() {
-    let (redis, sb) = (Redis::start(), Sandbox::new());
-    slots::assert_mixed_counts_never_exceed_the_largest(&sb, &redis.url());
-}
-
-#[test]
-fn a_wrong_password_exits_69_without_showing_it() {
-    let (redis, sb) = (Redis::start(), Sandbox::new());
-    let wrong = redis.url().replace(redis.password(), "Wrong-Password-42");
-    let out = sb.output(sb.at(&wrong, &["--lock", "pw", "--", "sh", "-c", r#"touch "$D/ran""#]));
-    let err = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(69), "stderr {err:?}");
-    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
-    assert!(err.contains("***") && err.contains("authentication failed"), "{err:?}");
-    assert!(!err.contains("Wrong-Password-42") && !stdout_of(&out).contains("Wrong-Password-42"), "{err:?}");
-    assert!(!sb.exists("ran"), "nothing runs without the store");
-}
+e2e_suite!(Redis, tokens: Tokens::FromOne);
 
 #[test]
 fn an_unknown_url_parameter_is_bad_usage_before_anything_connects() {
@@ -82,30 +45,6 @@ fn a_server_that_may_evict_exits_69_in_one_line_even_when_waiting() {
     let out = sb.output(sb.at(&accepted, &[&["--lock", "evicting", "--"][..], &child].concat()));
     assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
     assert!(sb.exists("ran"));
-}
-
-#[test]
-fn a_holder_rides_out_a_short_outage() {
-    let (redis, sb) = (Redis::start(), Sandbox::new());
-    assert_holder_rides_out_an_outage(
-        &sb,
-        &redis.url(),
-        || redis.stop(),
-        || redis.start_again(),
-        Some(redis.password()),
-    );
-}
-
-#[test]
-fn runs_over_mutual_tls() {
-    let (redis, sb) = (Redis::start_tls(), Sandbox::new());
-    let url = redis.tls_url();
-    let out =
-        sb.output(sb.at(&url, &["--lock", "tls", "--", "sh", "-c", r#"echo "$LEADERRUN_FENCING_TOKEN" > "$D/ran""#]));
-    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
-    assert_eq!(sb.lines("ran"), vec!["1"], "the child ran once, with the first token");
-    let (code, status) = status_json(&sb, &url, "tls");
-    assert_eq!((code, &status["fencing_token"]), (0, &serde_json::Value::from(1)), "held for --min-hold: {status}");
 }
 
 /// `leaderrun watch` against a real server: a change is seen; a server that goes away is

@@ -1,20 +1,31 @@
-//! End-to-end tests of the `leaderrun` binary against moto's S3 (one server per test): a cron
-//! fleet, `--wait` handover, a kill -9 takeover after the client-timed observation, a holder
-//! riding out an outage, and refusals.
+//! End-to-end tests of the `leaderrun` binary against moto's S3 (one server per test): the
+//! shared suite (tests/e2e/), where the AWS CLI's variables find the server, and what only
+//! this store has: credentials from every source, refused or missing, named profiles, bad
+//! URLs, and debug output that shows neither a secret nor a session token.
 //!
-//! Each sandbox's HOME gets an ~/.aws/config (region, `endpoint_url`) and ~/.aws/credentials,
-//! as a user of the AWS CLI has them, so every run finds its server there; the sandbox passes
-//! no AWS_* variable of the test runner's on. Fencing tokens follow the server's clock
-//! (seconds × 1,000,000), so they increase but do not start at 1.
+//! Here each sandbox's HOME gets an ~/.aws/config (region, `endpoint_url`) and
+//! ~/.aws/credentials, as a user of the AWS CLI has them; the sandbox passes no AWS_* variable
+//! of the test runner's on. Fencing tokens follow the server's clock (seconds × 1,000,000), so
+//! they increase but do not start at 1. moto forgets everything when it stops: the test server
+//! replays its recording into the restarted process (see tests/servers/moto.rs), as a durable
+//! S3 would have kept it.
 
 mod common;
+mod e2e;
 mod servers;
 
 use std::fs;
 
 use common::*;
-use nix::sys::signal::Signal;
+use e2e::Tokens;
 use servers::moto::{Moto, REGION};
+
+e2e_suite!(Moto, tokens: Tokens::Rising, except {
+    a_wrong_secret_exits_69_in_one_line_without_showing_it:
+        "moto checks signatures only with IAM checks on, and then cannot restart \
+         (a_wrong_secret_from_any_source_exits_69_in_one_line)",
+    runs_over_mutual_tls: "moto is plain HTTP here",
+});
 
 /// Write the sandbox's ~/.aws for `moto`, signing with `secret`.
 fn aws_files(sb: &Sandbox, moto: &Moto, secret: &str) {
@@ -32,56 +43,9 @@ fn s3() -> (Moto, Sandbox) {
     (moto, sb)
 }
 
+/// From ~/.aws/credentials, from the environment with a session token, and for a status.
 #[test]
-fn cron_fleet_runs_each_firing_exactly_once() {
-    let (moto, sb) = s3();
-    assert_cron_fleet_runs_once(&sb, &moto.url());
-}
-
-#[test]
-fn wait_handover_runs_every_waiter_once_in_turn() {
-    let (moto, sb) = s3();
-    assert_waiters_take_turns(&sb, &moto.url());
-}
-
-/// moto forgets everything when it stops; the test server replays its recording into the
-/// restarted process (see tests/servers/moto.rs), as a durable S3 would have kept it.
-#[test]
-fn a_holder_rides_out_a_short_outage() {
-    let (moto, sb) = s3();
-    assert_holder_rides_out_an_outage(&sb, &moto.url(), || moto.stop(), || moto.start_again(), Some(moto.key().1));
-}
-
-/// S3 ends no lease: after a kill -9 the object stays as it was, and the standby takes it
-/// once it has seen it unchanged for a whole lease (about ttl·1.02 + 100 ms on its clock).
-/// The watchdog has stopped the first child by then.
-#[test]
-fn a_killed_holder_is_replaced_after_one_observation() {
-    let (moto, sb) = s3();
-    let url = moto.url();
-    // Each child holds a file lock for its whole life, so two children at once are caught.
-    let script = r#"exec 9>>"$D/flock"; flock -n 9 || echo "OVERLAP" >> "$D/events"
-echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"; exec sleep 1000"#;
-    let timing = ["--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"];
-    let args = [&["--lock", "worker", "--wait"][..], &timing, &["--", "sh", "-c", script]].concat();
-    let first = sb.spawn("first", sb.at(&url, &args));
-    wait_for(|| sb.lines("events").len() == 1, SOON, "the first child");
-    let mut standby = sb.spawn("standby", sb.at(&url, &args));
-
-    first.signal(Signal::SIGKILL);
-    wait_for(|| sb.lines("events").len() == 2, WITHIN_A_LEASE, "the standby's child");
-    let events = sb.lines("events");
-    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children at once: {events:?}");
-    let tokens: Vec<u64> = events.iter().filter_map(|l| l.strip_prefix("start ")?.parse().ok()).collect();
-    assert!(tokens.len() == 2 && tokens[1] > tokens[0], "{events:?}");
-
-    standby.signal(Signal::SIGTERM);
-    assert_eq!(standby.wait_code(SOON), 128 + 15, "stderr {:?}", standby.stderr());
-    sb.wait_no_processes_left(SOON);
-}
-
-#[test]
-fn a_wrong_secret_exits_69_in_one_line_without_showing_it() {
+fn a_wrong_secret_from_any_source_exits_69_in_one_line() {
     let (moto, sb) = (Moto::start_with_iam(), Sandbox::new());
     let wrong = format!("{}Wrong", moto.key().1);
     let run = |cmd: std::process::Command| {

@@ -38,6 +38,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use super::process::start_on_free_ports;
+use super::TestServer;
 
 /// Where google-cloud-cli installs the emulator.
 const INSTALLED: &str = "/usr/lib/google-cloud-sdk/platform/cloud-datastore-emulator/cloud_datastore_emulator";
@@ -108,12 +109,7 @@ impl DatastoreEmulator {
 
     /// `datastore://leaderrun-test` (the server comes from `env`).
     pub fn url(&self) -> String {
-        format!("datastore://{PROJECT}")
-    }
-
-    /// The environment a leaderrun process needs to reach this emulator.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![("DATASTORE_EMULATOR_HOST", self.host())]
+        self.url_via(self.port())
     }
 
     /// How many times the emulator has started (1 after `start`).
@@ -244,5 +240,43 @@ impl Drop for DatastoreEmulator {
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
             let _ = child.wait();
         }
+    }
+}
+
+impl TestServer for DatastoreEmulator {
+    fn start() -> Self {
+        DatastoreEmulator::start()
+    }
+
+    fn port(&self) -> u16 {
+        DatastoreEmulator::port(self)
+    }
+
+    fn url_via(&self, _port: u16) -> String {
+        format!("datastore://{PROJECT}")
+    }
+
+    /// The emulator's address, as Google's client libraries read it.
+    fn env_via(&self, port: u16) -> Vec<(String, String)> {
+        vec![("DATASTORE_EMULATOR_HOST".to_string(), format!("127.0.0.1:{port}"))]
+    }
+
+    /// The launcher script and its java.
+    fn pids(&self) -> Vec<u32> {
+        DatastoreEmulator::pids(self).into_iter().map(|pid| pid as u32).collect()
+    }
+
+    fn stop(&self) {
+        DatastoreEmulator::stop(self)
+    }
+
+    fn start_again(&self) {
+        DatastoreEmulator::start_again(self)
+    }
+
+    /// Stopped with SIGTERM, not killed: the emulator saves its data only then, so a SIGKILL
+    /// would lose every write since it started, which no real Datastore does.
+    fn kill(&self) {
+        DatastoreEmulator::stop(self)
     }
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use super::process::{start_on_free_ports, ServerProcess};
+use super::{TestServer, TlsServer};
 
 pub struct Etcd {
     dir: tempfile::TempDir,
@@ -56,7 +57,7 @@ impl Etcd {
 
     /// `etcd://127.0.0.1:PORT`
     pub fn url(&self) -> String {
-        format!("etcd://127.0.0.1:{}", self.port())
+        self.url_via(self.port())
     }
 
     /// `etcds://127.0.0.1:TLS_PORT?cacert=CA&cert=CLIENT&key=CLIENT_KEY` (only with `start_tls`:
@@ -178,5 +179,42 @@ impl Etcd {
         let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(10).collect();
         format!("{tail:#?}")
+    }
+}
+
+/// Without authentication: `enable_auth` turns it on for the tests of etcd's passwords.
+impl TestServer for Etcd {
+    fn start() -> Self {
+        Etcd::start()
+    }
+
+    fn port(&self) -> u16 {
+        Etcd::port(self)
+    }
+
+    fn url_via(&self, port: u16) -> String {
+        format!("etcd://127.0.0.1:{port}")
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.process.pid().into_iter().collect()
+    }
+
+    fn stop(&self) {
+        Etcd::stop(self)
+    }
+
+    fn start_again(&self) {
+        Etcd::start_again(self)
+    }
+}
+
+impl TlsServer for Etcd {
+    fn start_tls() -> Self {
+        Etcd::start_tls()
+    }
+
+    fn tls_url(&self) -> String {
+        Etcd::tls_url(self)
     }
 }

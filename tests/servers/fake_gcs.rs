@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use super::process::{start_on_free_ports, ServerProcess};
+use super::TestServer;
 
 pub const BUCKET: &str = "leaderrun-test";
 
@@ -90,13 +91,7 @@ impl FakeGcs {
 
     /// `gs://leaderrun-test` (the server comes from `env`).
     pub fn url(&self) -> String {
-        format!("gs://{BUCKET}")
-    }
-
-    /// The environment a leaderrun process needs to reach this server, as Google's client
-    /// libraries read it (no credentials are then looked for).
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![("STORAGE_EMULATOR_HOST", self.endpoint())]
+        self.url_via(self.port())
     }
 
     pub fn port(&self) -> u16 {
@@ -204,5 +199,37 @@ impl FakeGcs {
         let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(10).collect();
         format!("{tail:#?}")
+    }
+}
+
+impl TestServer for FakeGcs {
+    fn start() -> Self {
+        FakeGcs::start()
+    }
+
+    fn port(&self) -> u16 {
+        FakeGcs::port(self)
+    }
+
+    fn url_via(&self, _port: u16) -> String {
+        format!("gs://{BUCKET}")
+    }
+
+    /// The emulator's address, as Google's client libraries read it (no credentials are then
+    /// looked for).
+    fn env_via(&self, port: u16) -> Vec<(String, String)> {
+        vec![("STORAGE_EMULATOR_HOST".to_string(), format!("http://127.0.0.1:{port}"))]
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.pid().into_iter().collect()
+    }
+
+    fn stop(&self) {
+        FakeGcs::stop(self)
+    }
+
+    fn start_again(&self) {
+        FakeGcs::start_again(self)
     }
 }

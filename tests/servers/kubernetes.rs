@@ -18,9 +18,13 @@ use nix::unistd::Pid;
 
 use super::process::{start_on_free_ports, ServerProcess};
 use super::tls::Certs;
+use super::{TestServer, WrongSecret};
 
 /// The namespace the kubeconfig's context names.
 pub const NAMESPACE: &str = "leaderrun-test";
+
+/// The token of `wrong_kubeconfig`, which the server does not know.
+pub const WRONG_TOKEN: &str = "wrong-token-5ecr3t";
 
 /// The Python with PyPI's `kubernetes` client (37 or later: its LeaseLock). A venv of its
 /// own: the client needs python-dateutil 3, which moto's botocore (in the shared test-tools
@@ -78,15 +82,15 @@ impl KubeApiServer {
         for (file, token) in [
             ("kubeconfig", server.token.as_str()),
             ("denied.kubeconfig", &server.denied_token),
-            ("wrong.kubeconfig", "wrong-token-5ecr3t"),
+            ("wrong.kubeconfig", WRONG_TOKEN),
         ] {
             std::fs::write(server.dir.path().join(file), server.kubeconfig_text(token)).expect("write a kubeconfig");
         }
         server
     }
 
-    /// `https://127.0.0.1:PORT`
-    pub fn url(&self) -> String {
+    /// `https://127.0.0.1:PORT`, where the kubeconfig points clients.
+    pub fn endpoint(&self) -> String {
         format!("https://127.0.0.1:{}", self.port())
     }
 
@@ -205,7 +209,7 @@ impl KubeApiServer {
              certificate-authority: {ca}\nusers:\n- name: test\n  user:\n    token: {token}\ncontexts:\n\
              - name: test\n  context:\n    cluster: test\n    user: test\n    namespace: {NAMESPACE}\n\
              current-context: test\n",
-            url = self.url(),
+            url = self.endpoint(),
             ca = self.certs.ca().display(),
         )
     }
@@ -262,5 +266,61 @@ impl KubeApiServer {
         let log = self.log();
         let tail: Vec<&str> = log.lines().rev().take(10).collect();
         format!("{tail:#?}")
+    }
+}
+
+/// Clients find the server, and sign in with the allowed token, through a kubeconfig named by
+/// `KUBECONFIG`; the store URL names the namespace.
+impl TestServer for KubeApiServer {
+    fn start() -> Self {
+        KubeApiServer::start()
+    }
+
+    fn port(&self) -> u16 {
+        KubeApiServer::port(self)
+    }
+
+    fn url_via(&self, _port: u16) -> String {
+        format!("k8s://{NAMESPACE}")
+    }
+
+    /// Through another port, a kubeconfig of its own that names it (the server's certificate
+    /// names 127.0.0.1, whatever the port).
+    fn env_via(&self, port: u16) -> Vec<(String, String)> {
+        let file = if port == self.port() {
+            self.kubeconfig()
+        } else {
+            let file = self.dir.path().join(format!("via-{port}.kubeconfig"));
+            let text =
+                self.kubeconfig_text(&self.token).replace(&self.endpoint(), &format!("https://127.0.0.1:{port}"));
+            std::fs::write(&file, text).expect("write a kubeconfig");
+            file
+        };
+        vec![("KUBECONFIG".to_string(), file.display().to_string())]
+    }
+
+    fn secret(&self) -> Option<String> {
+        Some(self.token.clone())
+    }
+
+    fn wrong_secret(&self) -> Option<WrongSecret> {
+        Some(WrongSecret {
+            url: self.url(),
+            env: vec![("KUBECONFIG".to_string(), self.wrong_kubeconfig().display().to_string())],
+            secret: WRONG_TOKEN.to_string(),
+            refusal: "401",
+        })
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.pid().into_iter().collect()
+    }
+
+    fn stop(&self) {
+        KubeApiServer::stop(self)
+    }
+
+    fn start_again(&self) {
+        KubeApiServer::start_again(self)
     }
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::{TestServer, WrongSecret};
+
 /// Longest a start or a stop may take.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -58,7 +60,7 @@ impl Mariadb {
 
     /// `mysql://leaderrun:PASSWORD@127.0.0.1:PORT/leaderrun`
     pub fn url(&self) -> String {
-        format!("mysql://leaderrun:{}@127.0.0.1:{}/leaderrun", self.password, self.port)
+        self.url_via(self.port)
     }
 
     pub fn password(&self) -> &str {
@@ -108,6 +110,10 @@ impl Mariadb {
                 panic!("mariadbd exited ({status}) before it was ready; its log ends:\n{}", self.log_tail());
             }
             if started.elapsed() > PATIENCE {
+                // Gone, so that a caller may try again.
+                let mut child = server.take().unwrap();
+                let _ = child.kill();
+                let _ = child.wait();
                 panic!("mariadbd did not answer within {PATIENCE:?}; its log ends:\n{}", self.log_tail());
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -187,6 +193,40 @@ impl Mariadb {
 
     fn log_tail(&self) -> String {
         tail(&self.file("err"), 30)
+    }
+}
+
+impl TestServer for Mariadb {
+    fn start() -> Self {
+        Mariadb::start()
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn url_via(&self, port: u16) -> String {
+        format!("mysql://leaderrun:{}@127.0.0.1:{port}/leaderrun", self.password)
+    }
+
+    fn secret(&self) -> Option<String> {
+        Some(self.password.clone())
+    }
+
+    fn wrong_secret(&self) -> Option<WrongSecret> {
+        Some(WrongSecret::replacing(self, &self.password, "Access denied"))
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.server.lock().unwrap_or_else(|e| e.into_inner()).iter().map(Child::id).collect()
+    }
+
+    fn stop(&self) {
+        Mariadb::stop(self)
+    }
+
+    fn start_again(&self) {
+        Mariadb::start_again(self)
     }
 }
 

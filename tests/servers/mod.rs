@@ -17,9 +17,12 @@ pub mod nats_cluster;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod server;
 pub mod tls;
 pub mod zookeeper;
 pub mod zookeeper_cluster;
+
+pub use server::{TestServer, TlsServer, WrongSecret};
 
 /// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
 pub fn free_port() -> u16 {

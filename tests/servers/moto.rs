@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::process::{start_on_free_ports, ServerProcess};
+use super::{TestServer, WrongSecret};
 
 pub const BUCKET: &str = "leaderrun-test";
 pub const REGION: &str = "us-east-1";
@@ -134,27 +135,12 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
 
     /// `s3://leaderrun-test` (credentials and endpoint come from `env`).
     pub fn url(&self) -> String {
-        format!("s3://{BUCKET}")
+        self.url_via(self.port())
     }
 
     /// The access key id and secret that sign requests.
     pub fn key(&self) -> (&str, &str) {
         (&self.key.0, &self.key.1)
-    }
-
-    /// The environment a leaderrun process needs to reach this server, as the AWS CLI reads
-    /// it; no shared config or credentials file, no instance metadata.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        let none = self.dir.path().join("no-such-file").display().to_string();
-        vec![
-            ("AWS_ENDPOINT_URL", self.endpoint()),
-            ("AWS_ACCESS_KEY_ID", self.key.0.clone()),
-            ("AWS_SECRET_ACCESS_KEY", self.key.1.clone()),
-            ("AWS_REGION", REGION.to_string()),
-            ("AWS_CONFIG_FILE", none.clone()),
-            ("AWS_SHARED_CREDENTIALS_FILE", none),
-            ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
-        ]
     }
 
     pub fn port(&self) -> u16 {
@@ -315,5 +301,57 @@ impl Gate {
         for stream in self.streams.lock().unwrap().drain(..) {
             let _ = stream.shutdown(Shutdown::Both);
         }
+    }
+}
+
+impl TestServer for Moto {
+    fn start() -> Self {
+        Moto::start()
+    }
+
+    fn port(&self) -> u16 {
+        Moto::port(self)
+    }
+
+    fn url_via(&self, _port: u16) -> String {
+        format!("s3://{BUCKET}")
+    }
+
+    /// As the AWS CLI reads it: the endpoint, the keys and the region, no shared config or
+    /// credentials file, no instance metadata.
+    fn env_via(&self, port: u16) -> Vec<(String, String)> {
+        let none = self.dir.path().join("no-such-file").display().to_string();
+        [
+            ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+            ("AWS_ACCESS_KEY_ID", self.key.0.clone()),
+            ("AWS_SECRET_ACCESS_KEY", self.key.1.clone()),
+            ("AWS_REGION", REGION.to_string()),
+            ("AWS_CONFIG_FILE", none.clone()),
+            ("AWS_SHARED_CREDENTIALS_FILE", none),
+            ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
+        ]
+        .map(|(name, value)| (name.to_string(), value))
+        .into()
+    }
+
+    fn secret(&self) -> Option<String> {
+        Some(self.key.1.clone())
+    }
+
+    /// Only with IAM checks (`start_with_iam`): otherwise moto takes any signature.
+    fn wrong_secret(&self) -> Option<WrongSecret> {
+        self.iam.then(|| WrongSecret::replacing(self, &self.key.1, "403"))
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.pid().into_iter().collect()
+    }
+
+    fn stop(&self) {
+        Moto::stop(self)
+    }
+
+    fn start_again(&self) {
+        Moto::start_again(self)
     }
 }

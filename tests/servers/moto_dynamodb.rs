@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::moto::{Moto, REGION};
+use super::server::{TestServer, WrongSecret};
 
 pub const TABLE: &str = "leaderrun-test";
 
@@ -65,10 +66,6 @@ boto3.client("dynamodb", endpoint_url=sys.argv[1], region_name=sys.argv[2], aws_
 
     pub fn key(&self) -> (&str, &str) {
         self.moto.key()
-    }
-
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        self.moto.env()
     }
 
     pub fn port(&self) -> u16 {
@@ -129,6 +126,46 @@ boto3.client("dynamodb", endpoint_url=sys.argv[1], region_name=sys.argv[2], aws_
         stream.read_to_string(&mut reply).unwrap();
         let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP answer");
         (head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), body.to_string())
+    }
+}
+
+/// moto's own, with the table's URL: the endpoint, keys and region are in the environment.
+impl TestServer for MotoDynamo {
+    fn start() -> Self {
+        MotoDynamo::start()
+    }
+
+    fn port(&self) -> u16 {
+        self.moto.port()
+    }
+
+    fn url_via(&self, _port: u16) -> String {
+        self.url()
+    }
+
+    fn env_via(&self, port: u16) -> Vec<(String, String)> {
+        TestServer::env_via(&self.moto, port)
+    }
+
+    fn secret(&self) -> Option<String> {
+        TestServer::secret(&self.moto)
+    }
+
+    /// Only with IAM checks (`start_with_iam`): otherwise moto takes any signature.
+    fn wrong_secret(&self) -> Option<WrongSecret> {
+        TestServer::wrong_secret(&self.moto).map(|wrong| WrongSecret { url: self.url(), ..wrong })
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        TestServer::pids(&self.moto)
+    }
+
+    fn stop(&self) {
+        self.moto.stop()
+    }
+
+    fn start_again(&self) {
+        self.moto.start_again()
     }
 }
 

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use super::process::{start_on_free_ports, ServerProcess};
+use super::{TestServer, TlsServer, WrongSecret};
 
 pub const USER: &str = "leaderrun";
 
@@ -31,6 +32,8 @@ pub struct Nats {
     extra: String,
     /// Authenticate with a token (the password) instead of user and password.
     token: bool,
+    /// With `start_tls`: the certificates its `tls { }` block names.
+    certs: Option<super::tls::Certs>,
     server: ServerProcess,
 }
 
@@ -80,6 +83,28 @@ impl Nats {
         Self::start_configured(extra, false)
     }
 
+    /// Start a server that speaks only TLS and asks clients for a certificate of a
+    /// throw-away CA (see `tls_url`).
+    pub fn start_tls() -> Self {
+        let certs = super::tls::Certs::new();
+        let mut nats = Self::start_with(&format!(
+            "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  ca_file: {:?}\n  verify: true\n}}",
+            certs.server_cert(),
+            certs.server_key(),
+            certs.ca()
+        ));
+        nats.certs = Some(certs);
+        nats
+    }
+
+    /// `nats://leaderrun:PASSWORD@127.0.0.1:PORT?tlsca=CA&tlscert=CLIENT&tlskey=CLIENT_KEY` (only
+    /// with `start_tls`).
+    pub fn tls_url(&self) -> String {
+        let certs = self.certs.as_ref().expect("started with start_tls");
+        let (ca, cert, key) = (certs.ca(), certs.client_cert(), certs.client_key());
+        format!("{}?tlsca={}&tlscert={}&tlskey={}", self.url(), ca.display(), cert.display(), key.display())
+    }
+
     /// Start a server that takes a token (`nats://TOKEN@host`) instead of user and password.
     pub fn start_with_token() -> Self {
         Self::start_configured("", true)
@@ -119,16 +144,14 @@ impl Nats {
             password,
             extra: extra.to_string(),
             token,
+            certs: None,
             server: ServerProcess::default(),
         }
     }
 
     /// `nats://leaderrun:PASSWORD@127.0.0.1:PORT` (`nats://TOKEN@127.0.0.1:PORT` for a token).
     pub fn url(&self) -> String {
-        if self.token {
-            return format!("nats://{}@127.0.0.1:{}", self.password, self.port());
-        }
-        format!("nats://{USER}:{}@127.0.0.1:{}", self.password, self.port())
+        self.url_via(self.port())
     }
 
     /// The password (or token).
@@ -272,5 +295,52 @@ impl Nats {
         let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(10).collect();
         format!("{tail:#?}")
+    }
+}
+
+impl TestServer for Nats {
+    fn start() -> Self {
+        Nats::start()
+    }
+
+    fn port(&self) -> u16 {
+        Nats::port(self)
+    }
+
+    fn url_via(&self, port: u16) -> String {
+        if self.token {
+            return format!("nats://{}@127.0.0.1:{port}", self.password);
+        }
+        format!("nats://{USER}:{}@127.0.0.1:{port}", self.password)
+    }
+
+    fn secret(&self) -> Option<String> {
+        Some(self.password.clone())
+    }
+
+    fn wrong_secret(&self) -> Option<WrongSecret> {
+        Some(WrongSecret::replacing(self, &self.password, "authorization violation"))
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.server.pid().into_iter().collect()
+    }
+
+    fn stop(&self) {
+        Nats::stop(self)
+    }
+
+    fn start_again(&self) {
+        Nats::start_again(self)
+    }
+}
+
+impl TlsServer for Nats {
+    fn start_tls() -> Self {
+        Nats::start_tls()
+    }
+
+    fn tls_url(&self) -> String {
+        Nats::tls_url(self)
     }
 }

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU16, Ordering};
 
+use super::{TestServer, WrongSecret};
+
 /// Where Debian puts PostgreSQL 15's programs.
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The role and database the tests use.
@@ -72,7 +74,7 @@ impl Postgres {
 
     /// `postgres://leaderrun:PASSWORD@127.0.0.1:PORT/leaderrun`
     pub fn url(&self) -> String {
-        format!("postgres://{USER}:{}@127.0.0.1:{}/{DATABASE}", self.password, self.port())
+        self.url_via(self.port())
     }
 
     pub fn password(&self) -> &str {
@@ -154,6 +156,53 @@ impl Postgres {
             cmd.uid(uid).gid(gid);
         }
         cmd.output().unwrap_or_else(|e| panic!("cannot run {} (is PostgreSQL 15 installed?): {e}", path.display()))
+    }
+}
+
+impl TestServer for Postgres {
+    fn start() -> Self {
+        Postgres::start()
+    }
+
+    fn port(&self) -> u16 {
+        Postgres::port(self)
+    }
+
+    fn url_via(&self, port: u16) -> String {
+        format!("postgres://{USER}:{}@127.0.0.1:{port}/{DATABASE}", self.password)
+    }
+
+    fn secret(&self) -> Option<String> {
+        Some(self.password.clone())
+    }
+
+    fn wrong_secret(&self) -> Option<WrongSecret> {
+        Some(WrongSecret::replacing(self, &self.password, "password authentication failed"))
+    }
+
+    /// The postmaster (its pid file's first line) and its backends.
+    fn pids(&self) -> Vec<u32> {
+        let text = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap_or_default();
+        let postmaster = text.lines().next().and_then(|line| line.trim().parse::<u32>().ok());
+        postmaster
+            .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .map_or_else(Vec::new, super::server::with_children)
+    }
+
+    fn stop(&self) {
+        Postgres::stop(self)
+    }
+
+    fn start_again(&self) {
+        Postgres::start_again(self)
+    }
+
+    /// The postmaster is pg_ctl's, not ours to reap; its pid file stays, and `start_again`
+    /// may need a moment before the killed server's is given up.
+    fn kill(&self) {
+        for pid in self.pids() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::SIGKILL);
+        }
     }
 }
 

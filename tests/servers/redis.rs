@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use super::process::{start_on_free_ports, ServerProcess};
+use super::{TestServer, TlsServer, WrongSecret};
 
 pub struct Redis {
     dir: tempfile::TempDir,
@@ -58,7 +59,7 @@ impl Redis {
 
     /// `redis://:PASSWORD@127.0.0.1:PORT/0`
     pub fn url(&self) -> String {
-        format!("redis://:{}@127.0.0.1:{}/0", self.password, self.port())
+        self.url_via(self.port())
     }
 
     /// `rediss://:PASSWORD@127.0.0.1:TLS_PORT/0?cacert=CA.crt&cert=CLIENT.crt&key=CLIENT.key`
@@ -168,5 +169,49 @@ impl Redis {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+impl TestServer for Redis {
+    fn start() -> Self {
+        Redis::start()
+    }
+
+    fn port(&self) -> u16 {
+        Redis::port(self)
+    }
+
+    fn url_via(&self, port: u16) -> String {
+        format!("redis://:{}@127.0.0.1:{port}/0", self.password)
+    }
+
+    fn secret(&self) -> Option<String> {
+        Some(self.password.clone())
+    }
+
+    fn wrong_secret(&self) -> Option<WrongSecret> {
+        Some(WrongSecret::replacing(self, &self.password, "authentication failed"))
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.server.pid().into_iter().collect()
+    }
+
+    fn stop(&self) {
+        Redis::stop(self)
+    }
+
+    fn start_again(&self) {
+        Redis::start_again(self)
+    }
+}
+
+impl TlsServer for Redis {
+    fn start_tls() -> Self {
+        Redis::start_tls()
+    }
+
+    fn tls_url(&self) -> String {
+        Redis::tls_url(self)
     }
 }

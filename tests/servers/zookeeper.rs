@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use super::process::{start_on_free_ports, ServerProcess};
+use super::{TestServer, TlsServer};
 
 /// Where Debian's package puts the server's jar.
 const JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -86,7 +87,7 @@ impl ZooKeeper {
 
     /// `zk://127.0.0.1:PORT`
     pub fn url(&self) -> String {
-        format!("zk://127.0.0.1:{}", self.port())
+        self.url_via(self.port())
     }
 
     pub fn port(&self) -> u16 {
@@ -229,6 +230,43 @@ pub fn spawn_java(dir: &Path, classpath: &str) -> Result<std::process::Child, St
         .stderr(log)
         .spawn()
         .map_err(|e| format!("cannot run java (apt-get install -y zookeeper): {e}"))
+}
+
+/// Open to anyone: a client's password protects the root it creates, not the server.
+impl TestServer for ZooKeeper {
+    fn start() -> Self {
+        ZooKeeper::start()
+    }
+
+    fn port(&self) -> u16 {
+        ZooKeeper::port(self)
+    }
+
+    fn url_via(&self, port: u16) -> String {
+        format!("zk://127.0.0.1:{port}")
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.process.pid().into_iter().collect()
+    }
+
+    fn stop(&self) {
+        ZooKeeper::stop(self)
+    }
+
+    fn start_again(&self) {
+        ZooKeeper::start_again(self)
+    }
+}
+
+impl TlsServer for ZooKeeper {
+    fn start_tls() -> Self {
+        ZooKeeper::start_tls()
+    }
+
+    fn tls_url(&self) -> String {
+        ZooKeeper::tls_url(self)
+    }
 }
 
 impl Drop for ZooKeeper {
