@@ -41,7 +41,7 @@ pub mod s3;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "tls")]
-mod tls;
+pub(crate) mod tls;
 pub mod url;
 
 #[cfg(feature = "zookeeper")]

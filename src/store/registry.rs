@@ -74,14 +74,10 @@ pub fn parse(
     url: Option<&str>,
     state_dir: impl FnOnce() -> Result<PathBuf, String>,
 ) -> Result<Box<dyn StoreSpec>, String> {
-    let spec = match url {
-        Some(url) => parse_url(url)?,
-        None => default_store(state_dir)?,
-    };
-    // Before anything connects, whichever store it is.
-    #[cfg(feature = "tls")]
-    super::tls::choose_crypto_provider();
-    Ok(spec)
+    match url {
+        Some(url) => parse_url(url),
+        None => default_store(state_dir),
+    }
 }
 
 /// Parse a store URL: the scheme picks the store, whose parser checks the rest. The error
@@ -105,6 +101,9 @@ pub fn parse_url(url: &str) -> Result<Box<dyn StoreSpec>, String> {
             ),
         });
     };
+    // Before anything connects, whichever store it is.
+    #[cfg(feature = "tls")]
+    super::tls::choose_crypto_provider();
     (kind.parse)(url).map_err(|why| format!("--store {shown:?}: {why}"))
 }
 

@@ -17,6 +17,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The client, the namespace to use and the server's URL (for messages).
 pub(super) async fn connect(target: &Target) -> Result<(kube::Client, String, String)> {
+    // kube's rustls needs the process's provider chosen (ring): the registry does it when it
+    // parses a URL, and this does it for callers that build a Target without it (tests, embedders).
+    crate::store::tls::choose_crypto_provider();
     let mut config = config(target).await?;
     // leaderrun retries on its own schedule: a retry hidden in the client would spend the
     // lease's time, and a write retried after a lost answer could apply twice.
