@@ -13,7 +13,8 @@ use crate::proxy::{Mode, Proxy};
 use crate::servers::cluster::Cluster;
 use crate::servers::{
     datastore_emulator::DatastoreEmulator, etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb,
-    moto::Moto, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper, TestServer,
+    moto::Moto, moto_dynamodb::MotoDynamo, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
+    TestServer,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,7 @@ pub enum Kind {
     ZooKeeper,
     Kubernetes,
     S3,
+    DynamoDb,
     Gcs,
     Datastore,
 }
@@ -55,6 +57,7 @@ impl Kind {
             "zookeeper" => Kind::ZooKeeper,
             "kubernetes" => Kind::Kubernetes,
             "s3" => Kind::S3,
+            "dynamodb" => Kind::DynamoDb,
             "gcs" => Kind::Gcs,
             "datastore" => Kind::Datastore,
             _ => return None,
@@ -96,6 +99,7 @@ impl Backend {
             Kind::ZooKeeper => single::<ZooKeeper>(),
             Kind::Kubernetes => single::<KubeApiServer>(),
             Kind::S3 => single::<Moto>(),
+            Kind::DynamoDb => single::<MotoDynamo>(),
             Kind::Gcs => single::<FakeGcs>(),
             Kind::Datastore => single::<DatastoreEmulator>(),
         };

@@ -1,6 +1,6 @@
 //! The short fault runs: a dozen or two faults against `leaderrun --wait` contenders, on the
 //! embedded store, on real PostgreSQL, MariaDB, Redis, etcd, NATS and ZooKeeper servers, on the test Kubernetes
-//! API server, moto's S3, fake-gcs-server and Google's Datastore emulator (started by the run itself,
+//! API server, moto's S3 and DynamoDB, fake-gcs-server and Google's Datastore emulator (started by the run itself,
 //! with server kill/restart, freeze and network faults); each fails on any overlapping
 //! children or fencing-token disorder. The long run is one command:
 //! `cargo build --release --bins --examples && target/release/examples/leaderrun-faultrun --faults 1000 [--store postgres]`.
@@ -103,6 +103,11 @@ fn short_fault_run_on_gcs_finds_no_overlap() {
 #[test]
 fn short_fault_run_on_s3_finds_no_overlap() {
     short_run("s3", 12);
+}
+
+#[test]
+fn short_fault_run_on_dynamodb_finds_no_overlap() {
+    short_run("dynamodb", 12);
 }
 
 /// The emulator restarts by SIGTERM only (a SIGKILL loses its data); tokens compare within

@@ -12,6 +12,8 @@ use async_trait::async_trait;
 pub mod client_timed;
 #[cfg(feature = "datastore")]
 pub mod datastore;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "gcs")]

@@ -29,6 +29,8 @@ pub const STORES: &[&StoreKind] = &[
     &super::kubernetes::KIND,
     #[cfg(feature = "s3")]
     &super::s3::KIND,
+    #[cfg(feature = "dynamodb")]
+    &super::dynamodb::KIND,
     #[cfg(feature = "gcs")]
     &super::gcs::KIND,
     #[cfg(feature = "datastore")]
@@ -37,8 +39,20 @@ pub const STORES: &[&StoreKind] = &[
 
 /// Every store any build may have, by name (its Cargo feature): a scheme this build does not
 /// know is then told apart from a store left out of this build.
-pub const EVERY_STORE: &[&str] =
-    &["sqlite", "postgres", "mysql", "redis", "etcd", "nats", "zookeeper", "kubernetes", "s3", "gcs", "datastore"];
+pub const EVERY_STORE: &[&str] = &[
+    "sqlite",
+    "postgres",
+    "mysql",
+    "redis",
+    "etcd",
+    "nats",
+    "zookeeper",
+    "kubernetes",
+    "s3",
+    "dynamodb",
+    "gcs",
+    "datastore",
+];
 
 /// The store of this build that `scheme` names (any case).
 pub fn by_scheme(scheme: &str) -> Option<&'static StoreKind> {

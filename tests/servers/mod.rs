@@ -11,6 +11,7 @@ pub mod fake_gcs;
 pub mod kubernetes;
 pub mod mariadb;
 pub mod moto;
+pub mod moto_dynamodb;
 pub mod nats;
 pub mod nats_cluster;
 pub mod postgres;

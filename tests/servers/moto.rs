@@ -93,7 +93,7 @@ kw = dict(endpoint_url=sys.argv[1], region_name="us-east-1", aws_access_key_id="
 iam = boto3.client("iam", **kw)
 iam.create_user(UserName="leaderrun")
 iam.put_user_policy(UserName="leaderrun", PolicyName="s3", PolicyDocument=json.dumps(
-    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:*", "dynamodb:*"], "Resource": "*"}]}))
 key = iam.create_access_key(UserName="leaderrun")["AccessKey"]
 boto3.client("s3", **kw).create_bucket(Bucket=sys.argv[2])
 print(key["AccessKeyId"], key["SecretAccessKey"])
@@ -181,7 +181,13 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
     fn drop_reads_from_the_recording(&self) {
         let path = self.dir.path().join("recording");
         let Ok(text) = std::fs::read_to_string(&path) else { return };
-        let read = |line: &str| line.contains("\"method\": \"GET\"") || line.contains("\"method\": \"HEAD\"");
+        let read = |line: &str| {
+            line.contains("\"method\": \"GET\"")
+                || line.contains("\"method\": \"HEAD\"")
+                || ["GetItem", "Scan", "DescribeTable"]
+                    .iter()
+                    .any(|op| line.contains(&format!("\"DynamoDB_20120810.{op}\"")))
+        };
         let kept: String = text.lines().filter(|line| !read(line)).map(|line| format!("{line}\n")).collect();
         std::fs::write(&path, kept).expect("rewrite the recording");
     }
