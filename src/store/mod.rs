@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod client_timed;
 #[cfg(feature = "datastore")]
 pub mod datastore;

@@ -10,6 +10,7 @@
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
+use crate::store::aws::{is_missing_credentials, one_line};
 use crate::store::StoreError;
 
 /// A failed request, as far as leaderrun cares.
@@ -80,38 +81,6 @@ where
         // secret), AccessDeniedException, ValidationException, and any other refusal.
         Failure::Other(StoreError::refused(what))
     }
-}
-
-/// `err` and its sources in one line (never the request or its headers).
-fn one_line(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        let part = inner.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = inner.source();
-    }
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Whether a request failed for want of usable credentials (the SDK's words for it).
-/// Retrying cannot help. (A metadata service or STS that does not answer is an outage.)
-fn is_missing_credentials(text: &str) -> bool {
-    [
-        "no credentials found",
-        "credential provider was not enabled",
-        "request forbidden",
-        "AccessDenied",
-        "InvalidIdentityToken",
-        "ExpiredToken",
-        "could not find source profile",
-        "ProfileFile",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
 }
 
 /// The refusal for a table that is not there, naming what makes it.

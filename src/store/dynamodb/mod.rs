@@ -44,9 +44,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 pub use kind::KIND;
 pub use target::Target;
 
-use self::client::DateHeader;
 use self::errors::{classify, Failure};
 use self::item::{attributes, lock_of, new_version, parse, Attributes, Item, KEY, VERSION};
+use crate::store::aws::DateHeader;
 use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
 use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::{Access, Result, Store, StoreError};

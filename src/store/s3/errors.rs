@@ -3,6 +3,7 @@
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
+use crate::store::aws::{is_missing_credentials, one_line};
 use crate::store::StoreError;
 
 /// A failed request, as far as leaderrun cares.
@@ -71,41 +72,6 @@ where
         // not implement what leaderrun needs, and any other refusal: retrying cannot help.
         _ => Failure::Other(StoreError::refused(what)),
     }
-}
-
-/// `err` and its sources in one line (never the request or its headers).
-fn one_line(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        let part = inner.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = inner.source();
-    }
-    // One line, without the runs of blanks the SDK indents its lists with.
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Whether a request failed for want of usable credentials (the SDK's words for it): none
-/// anywhere in the chain, a profile that does not work, an instance metadata service or STS
-/// that says no. Retrying cannot help. (A metadata service or STS that does not answer is
-/// an outage, and is retried.)
-fn is_missing_credentials(text: &str) -> bool {
-    [
-        "no credentials found",
-        "credential provider was not enabled",
-        "request forbidden",
-        "AccessDenied",
-        "InvalidIdentityToken",
-        "ExpiredToken",
-        "could not find source profile",
-        "ProfileFile",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
 }
 
 impl Failure {

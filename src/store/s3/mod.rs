@@ -32,7 +32,6 @@ mod errors;
 mod kind;
 mod object;
 mod probe;
-mod server_clock;
 mod target;
 
 use std::sync::Arc;
@@ -47,7 +46,7 @@ pub use target::Target;
 
 use self::errors::{classify, Failure};
 use self::object::{key_of, lock_of, Body};
-use self::server_clock::DateHeader;
+use crate::store::aws::DateHeader;
 use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
 use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::Access;
