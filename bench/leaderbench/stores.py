@@ -69,6 +69,8 @@ NOTES: dict[str, str] = {
                   "loopback, a Lease watch; no real API server",
     "s3": "moto 5 (Python) on loopback behind the tests' TCP gate, conditional PutObject, HeadObject polled "
           "about once a second; no real S3",
+    "dynamodb": "moto 5 (Python) on loopback, conditional PutItem on a version attribute, GetItem polled "
+                "about once a second; no real DynamoDB",
     "gcs": "fake-gcs-server 1.54 on loopback (objects on disk), polled about once a second; no real Cloud Storage",
     "datastore": "Google's Cloud Datastore emulator (Java) on loopback (stored on disk), polled lookups; "
                  "no real Datastore",
