@@ -156,8 +156,11 @@ impl ZooKeeper {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(format!("ZooKeeper exited with {status}; log: {}", self.log_tail()));
             }
-            // `ruok` answers before the server takes sessions; `srvr` says when it does.
-            if self.four_letters("srvr").is_ok_and(|answer| answer.contains("Mode: ")) {
+            // `ruok` answers before the server takes sessions; `srvr` says when it does. The
+            // secure port opens on its own, sometimes a second after the plain one: wait for a
+            // handshake on it too.
+            let secure_ready = self.tls.as_ref().is_none_or(|(certs, port)| tls_handshake(certs, port.load(Ordering::SeqCst)));
+            if secure_ready && self.four_letters("srvr").is_ok_and(|answer| answer.contains("Mode: ")) {
                 self.process.set(child);
                 return Ok(());
             }
@@ -173,6 +176,26 @@ impl ZooKeeper {
     pub fn log_tail(&self) -> String {
         log_tail_of(self.dir.path())
     }
+}
+
+/// Whether a TLS handshake with a client certificate completes on `port` (`openssl s_client`).
+/// Besides telling that the secure port serves, it warms it: a fresh JVM's first handshake loads
+/// and compiles its whole TLS stack and can take seconds on a busy machine, longer than a
+/// client gives a handshake, and a test would then measure the JVM's start, not the server.
+fn tls_handshake(certs: &super::tls::Certs, port: u16) -> bool {
+    Command::new("openssl")
+        .args(["s_client", "-brief", "-connect", &format!("127.0.0.1:{port}")])
+        .arg("-CAfile")
+        .arg(certs.ca())
+        .arg("-cert")
+        .arg(certs.client_cert())
+        .arg("-key")
+        .arg(certs.client_key())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 /// The last lines of the log in `dir`, without stack traces.
