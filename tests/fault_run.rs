@@ -9,7 +9,9 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 
-/// One run at a time: each is a timing experiment and should not share the two cores.
+/// One run at a time in this binary: each is a timing experiment with a dozen processes and
+/// its servers. Other test binaries may run beside it (`.ci/lanes.py`), as any load on a shared
+/// machine may: the safety it checks must not depend on idle cores.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn short_run(store: &str, faults: usize) {
