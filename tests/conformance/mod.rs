@@ -493,14 +493,24 @@ pub async fn a_watcher_sees_changes_and_takes_no_turn(h: &dyn Harness, requests:
 /// What `take_turns` records: each waiter's token and identity, in the order they ran.
 pub type Turns = Arc<std::sync::Mutex<Vec<(u64, String)>>>;
 
-/// Start `n` waiters on `lock` (a store each, as `n` processes): each acquires until it wins
-/// (waiting for a change, at most until the lease it saw would lapse, when held), notes its
-/// turn, holds the lease 2 ms and releases it.
-pub async fn take_turns(h: &dyn Harness, lock: &str, n: usize) -> (Vec<tokio::task::JoinHandle<()>>, Turns) {
+/// `n` clients of the store (as `n` processes), to open before a test takes its lock: opening a
+/// hundred can take longer than a lease on a busy machine, and a lease that lapsed meanwhile
+/// would hand the lock round before the test began to watch.
+pub async fn open_stores(h: &dyn Harness, n: usize) -> Vec<Arc<dyn Store>> {
+    let mut stores = Vec::with_capacity(n);
+    for _ in 0..n {
+        stores.push(h.open().await);
+    }
+    stores
+}
+
+/// Start a waiter on `lock` for each of `stores`: each acquires until it wins (waiting for a
+/// change, at most until the lease it saw would lapse, when held), notes its turn, holds the
+/// lease 2 ms and releases it.
+pub fn take_turns(stores: Vec<Arc<dyn Store>>, lock: &str) -> (Vec<tokio::task::JoinHandle<()>>, Turns) {
     let turns = Turns::default();
     let mut tasks = Vec::new();
-    for i in 0..n {
-        let store = h.open().await;
+    for (i, store) in stores.into_iter().enumerate() {
         let (lock, turns) = (lock.to_string(), turns.clone());
         tasks.push(tokio::spawn(async move {
             let identity = format!("w{i}");
@@ -529,9 +539,10 @@ pub async fn take_turns(h: &dyn Harness, lock: &str, n: usize) -> (Vec<tokio::ta
 pub async fn a_hundred_waiters_take_turns(h: &dyn Harness, requests: &Requests, per_handoff: std::ops::Range<f64>) {
     const N: usize = 100;
     let lock = unique("hundred");
+    let waiters = open_stores(h, N).await;
     let first = h.open().await;
     let lease = won(&*first, &lock, "first", TTL).await;
-    let (tasks, turns) = take_turns(h, &lock, N).await;
+    let (tasks, turns) = take_turns(waiters, &lock);
     // Every waiter has asked once and is waiting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = requests.count();

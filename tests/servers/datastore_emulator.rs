@@ -244,6 +244,11 @@ impl Drop for DatastoreEmulator {
 }
 
 impl TestServer for DatastoreEmulator {
+    /// A JVM's start: seconds when the machine is busy.
+    fn outage_ttl(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+
     fn start() -> Self {
         DatastoreEmulator::start()
     }

@@ -76,6 +76,12 @@ pub trait TestServer: Send + Sync {
         self.start_again();
     }
 
+    /// A lease long enough to ride out `outage`, the server's own restart included: a JVM
+    /// that starts again on a busy machine can take ten seconds before it answers.
+    fn outage_ttl(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+
     /// Down for `lasting` (stopped cleanly), then back, answering again.
     fn outage(&self, lasting: Duration) {
         self.stop();

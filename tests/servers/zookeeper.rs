@@ -257,6 +257,11 @@ pub fn spawn_java(dir: &Path, classpath: &str) -> Result<std::process::Child, St
 
 /// Open to anyone: a client's password protects the root it creates, not the server.
 impl TestServer for ZooKeeper {
+    /// A JVM's start: seconds when the machine is busy.
+    fn outage_ttl(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+
     fn start() -> Self {
         ZooKeeper::start()
     }
