@@ -6,7 +6,8 @@ on servers and leases, not computing, so on CI's two cores the suite takes about
 the time when three binaries run at once (`--lanes`, default 3). Each binary still runs its
 own tests as `cargo test` would (same working directory, same default thread count), and its
 output is printed whole when it ends, so lanes never interleave. The longest binaries start
-first, so that none is left running alone at the end; those that start JVMs run one at a time.
+first, so that none is left running alone at the end, and those that load the machine most
+take turns (LIMITS).
 
     python3 .ci/lanes.py [--lanes N] [--timeout SECONDS] [-- ARGS FOR EVERY TEST BINARY]
 
@@ -29,15 +30,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WEIGHTS = [("fault_run", 500), ("e2e_", 60), ("cluster_", 50), ("conformance_", 40)]
 
 
-# Binaries whose tests each start a JVM (Google's Datastore emulator, ZooKeeper): a JVM's start
-# takes seconds of both cores, and two such binaries at once starve each other's servers past
-# their clients' timeouts. They run one at a time; the other lanes take lighter ones meanwhile.
-# (The fault runs start one server at a time, and are not counted.)
-JVM_SERVERS = ("datastore", "zookeeper")
+# Binaries that load the machine, and how many of each kind may run at once. A binary whose
+# tests each start a server of their own uses a third to two thirds of a core the whole time
+# (its servers included: the CPU column of the output), and a JVM's start takes seconds of both
+# cores: with too many at once, the servers answer after their clients' timeouts (3 s to
+# connect, 5 s a request) and tests fail for the machine, not for leaderrun. The fault runs,
+# one server at a time and mostly asleep, count in neither.
+LIMITS = [
+    (("datastore", "zookeeper"), 1),
+    (("postgres", "mariadb", "s3", "dynamodb", "gcs", "datastore", "zookeeper", "kubernetes", "azblob"), 2),
+]
 
 
-def starts_jvms(name):
-    return any(word in name for word in JVM_SERVERS) and not name.startswith("fault_run")
+def limits_of(name):
+    """The indexes in LIMITS of the kinds `name` counts in."""
+    if name.startswith("fault_run"):
+        return []
+    return [at for at, (words, _) in enumerate(LIMITS) if any(word in name for word in words)]
 
 
 def weight(name):
@@ -92,16 +101,18 @@ class Lanes:
         self.jobs = list(jobs)
         self.timeout = timeout
         self.changed = threading.Condition()
-        self.jvms_running = False
+        self.running = [0] * len(LIMITS)
         self.failed = []
 
     def take(self):
-        """The first job in order that may start now, waiting while only JVM ones are left."""
+        """The first job in order that LIMITS let start now; waits while none may."""
         with self.changed:
             while self.jobs:
                 for at, (name, _) in enumerate(self.jobs):
-                    if not (starts_jvms(name) and self.jvms_running):
-                        self.jvms_running |= starts_jvms(name)
+                    kinds = limits_of(name)
+                    if all(self.running[k] < LIMITS[k][1] for k in kinds):
+                        for k in kinds:
+                            self.running[k] += 1
                         return self.jobs.pop(at)
                 self.changed.wait()
             return None
@@ -117,8 +128,8 @@ class Lanes:
                 print(f"     Running {name} ({verdict}, {took:.1f} s, {cpu:.1f} s of CPU)\n{output}", flush=True)
                 if not ok:
                     self.failed.append(name)
-                if starts_jvms(name):
-                    self.jvms_running = False
+                for k in limits_of(name):
+                    self.running[k] -= 1
                 self.changed.notify_all()
 
     def run(self, lanes):
