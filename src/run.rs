@@ -181,7 +181,12 @@ fn check_lease_limits(spec: &dyn StoreSpec, timing: &Timing, requested: &Request
     let asked = if timing.lock_delay.is_zero() {
         format!("--ttl {}{default} asks for a lease of {}", show(timing.ttl), show(lease))
     } else {
-        format!("--ttl {}{default} + --lock-delay {} is a lease of {}", show(timing.ttl), show(timing.lock_delay), show(lease))
+        format!(
+            "--ttl {}{default} + --lock-delay {} is a lease of {}",
+            show(timing.ttl),
+            show(timing.lock_delay),
+            show(lease)
+        )
     };
     let fix = if lease < *limits.start() { "raise --ttl" } else { "lower --ttl or --lock-delay" };
     Err(format!(
@@ -342,7 +347,10 @@ mod tests {
     fn a_lease_the_store_cannot_keep_is_refused_naming_the_flags_and_the_range() {
         assert!(check(None, 0).is_ok() && check(Some(60), 0).is_ok() && check(Some(10), 5).is_ok());
         let err = check(Some(10), 0).unwrap_err();
-        assert_eq!(err, "--ttl 10s asks for a lease of 10s, but the store limited://x keeps leases of 15s to 1m only; raise --ttl");
+        assert_eq!(
+            err,
+            "--ttl 10s asks for a lease of 10s, but the store limited://x keeps leases of 15s to 1m only; raise --ttl"
+        );
         let err = check(None, 50).unwrap_err();
         assert!(err.starts_with("--ttl 15s (the default) + --lock-delay 50s is a lease of 1m 5s"), "{err}");
         assert!(err.ends_with("lower --ttl or --lock-delay"), "{err}");

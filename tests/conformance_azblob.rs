@@ -124,7 +124,8 @@ async fn a_sas_token_works_and_a_bad_one_is_refused_without_it() {
     let url = Azurite::url_of(CONTAINER, "sas");
     let sas = account_sas("rwdlac", KEY);
     let with_sas = format!("{endpoint};SharedAccessSignature={sas}");
-    let (a, b) = (open(&url, &with_sas, Access::Create).await.unwrap(), open(&url, &with_sas, Access::Create).await.unwrap());
+    let (a, b) =
+        (open(&url, &with_sas, Access::Create).await.unwrap(), open(&url, &with_sas, Access::Create).await.unwrap());
     let lock = unique("sas");
     let lease = won(&*a, &lock, "a", TTL).await;
     held(&*b, &lock, "b").await;

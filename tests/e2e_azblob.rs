@@ -128,7 +128,8 @@ fn verbose_output_never_shows_a_sas() {
     let server = Azurite::start();
     let sig = "c2lnbmF0dXJlLW5vdC1zaG93bg%3D%3D";
     let sas = format!("sv=2021-06-08&ss=b&srt=sco&sp=rwdlac&se=2099-01-01T00%3A00%3A00Z&sig={sig}");
-    let connection = format!("BlobEndpoint=http://127.0.0.1:{}/devstoreaccount1;SharedAccessSignature={sas}", server.port());
+    let connection =
+        format!("BlobEndpoint=http://127.0.0.1:{}/devstoreaccount1;SharedAccessSignature={sas}", server.port());
     let sb = Sandbox::new().with_env("AZURE_STORAGE_CONNECTION_STRING", &connection);
     // Azurite refuses the made-up signature: every command fails, and says so without it.
     for args in [&["-vvv", "--lock", "v", "--", "true"][..], &["status", "-vvv", "--lock", "v"], &["list", "-vvv"]] {

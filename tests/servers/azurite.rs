@@ -107,7 +107,10 @@ impl Azurite {
 
     /// `azblob://devstoreaccount1/CONTAINER[/PREFIX]`
     pub fn url_of(container: &str, prefix: &str) -> String {
-        format!("azblob://{ACCOUNT}/{container}{}", if prefix.is_empty() { String::new() } else { format!("/{prefix}") })
+        format!(
+            "azblob://{ACCOUNT}/{container}{}",
+            if prefix.is_empty() { String::new() } else { format!("/{prefix}") }
+        )
     }
 
     /// Create `container`, through the store's own client (on a thread of its own, so that it
@@ -179,7 +182,9 @@ impl Azurite {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         let request = format!("GET /{ACCOUNT}?comp=list HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
         let mut reply = [0u8; 12];
-        stream.write_all(request.as_bytes()).is_ok() && stream.read_exact(&mut reply).is_ok() && reply.starts_with(b"HTTP/")
+        stream.write_all(request.as_bytes()).is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && reply.starts_with(b"HTTP/")
     }
 
     fn log_tail(&self) -> String {

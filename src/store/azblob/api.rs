@@ -131,7 +131,13 @@ impl Api {
     }
 
     /// The string Shared Key signs (the Blob service's form since version 2015-02-21).
-    fn string_to_sign(&self, method: &Method, path: &str, query: &[(&str, &str)], headers: &[(&str, String)]) -> String {
+    fn string_to_sign(
+        &self,
+        method: &Method,
+        path: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, String)],
+    ) -> String {
         let header = |name: &str| {
             headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).unwrap_or_default()
         };
@@ -242,7 +248,8 @@ mod tests {
             ("If-None-Match", "*".to_string()),
         ];
         let text = api.string_to_sign(&Method::PUT, "/locks/leaderrun/a", &[("comp", "lease")], &headers);
-        let expected = "PUT\n\n\n\n\n\n\n\n\n*\n\n\nx-ms-date:Sun, 06 Nov 1994 08:49:37 GMT\nx-ms-lease-action:acquire\n\
+        let expected =
+            "PUT\n\n\n\n\n\n\n\n\n*\n\n\nx-ms-date:Sun, 06 Nov 1994 08:49:37 GMT\nx-ms-lease-action:acquire\n\
                         x-ms-version:2023-11-03\n/devstoreaccount1/devstoreaccount1/locks/leaderrun/a\ncomp:lease";
         assert_eq!(text, expected);
     }

@@ -159,8 +159,7 @@ impl Container {
 
     /// One page of List Blobs under `prefix`, with metadata; and the server's clock.
     pub async fn list(&self, prefix: &str, marker: Option<&str>) -> Result<(Page, Option<SystemTime>)> {
-        let mut query =
-            vec![("restype", "container"), ("comp", "list"), ("prefix", prefix), ("include", "metadata")];
+        let mut query = vec![("restype", "container"), ("comp", "list"), ("prefix", prefix), ("include", "metadata")];
         query.push(("maxresults", PAGE));
         if let Some(marker) = marker {
             query.push(("marker", marker));

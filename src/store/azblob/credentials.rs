@@ -92,9 +92,7 @@ pub fn connection_string(text: &str, account: &str) -> Result<Account, String> {
     let get = |name: &str| fields.get(name).cloned();
     let name = get("accountname").unwrap_or_else(|| account.to_string());
     if name != account {
-        return Err(format!(
-            "{CONNECTION_STRING} is for the account {name:?}, but the store URL names {account:?}"
-        ));
+        return Err(format!("{CONNECTION_STRING} is for the account {name:?}, but the store URL names {account:?}"));
     }
     let endpoint = match get("blobendpoint") {
         Some(endpoint) => endpoint.trim_end_matches('/').to_string(),
@@ -135,7 +133,8 @@ mod tests {
         let sas = connection_string("AccountName=acct1;SharedAccessSignature=sv=2022&sig=abc%3D", "acct1").unwrap();
         assert_eq!(sas.endpoint, "https://acct1.blob.core.windows.net");
         assert!(matches!(sas.auth, Auth::Sas(ref q) if q == "sv=2022&sig=abc%3D"));
-        let suffix = connection_string("AccountName=acct1;AccountKey=a2V5;EndpointSuffix=core.chinacloudapi.cn", "acct1");
+        let suffix =
+            connection_string("AccountName=acct1;AccountKey=a2V5;EndpointSuffix=core.chinacloudapi.cn", "acct1");
         assert_eq!(suffix.unwrap().endpoint, "https://acct1.blob.core.chinacloudapi.cn");
     }
 

@@ -121,8 +121,8 @@ impl AzBlobStore {
     /// The store, with credentials from the environment; a run (`Access::Create`) first checks
     /// that the container exists and takes the credentials.
     pub async fn open(target: &Target, access: Access) -> Result<Self> {
-        let account = credentials::from_env(target)
-            .map_err(|why| StoreError::refused(format!("{}: {why}", target.shown)))?;
+        let account =
+            credentials::from_env(target).map_err(|why| StoreError::refused(format!("{}: {why}", target.shown)))?;
         let store = Self::with_account(target, account)?;
         if access == Access::Create {
             store.container.check_container().await?;
@@ -143,13 +143,9 @@ impl AzBlobStore {
     }
 
     fn with_account(target: &Target, account: credentials::Account) -> Result<Self> {
-        let container = Container { api: Api::new(account)?, name: target.container.clone(), shown: target.shown.clone() };
-        Ok(Self {
-            container,
-            prefix: target.prefix.clone(),
-            taken: Mutex::default(),
-            proposed: Mutex::default(),
-        })
+        let container =
+            Container { api: Api::new(account)?, name: target.container.clone(), shown: target.shown.clone() };
+        Ok(Self { container, prefix: target.prefix.clone(), taken: Mutex::default(), proposed: Mutex::default() })
     }
 
     /// Create the container (tests and embedders only: a run never creates one).
@@ -296,8 +292,7 @@ impl Store for AzBlobStore {
             let lease_id = new_lease_id();
             self.proposed.lock().unwrap().insert(lock.to_string(), (identity.to_string(), lease_id.clone()));
             let sent = Instant::now();
-            let headers =
-                [("x-ms-lease-duration", seconds.to_string()), ("x-ms-proposed-lease-id", lease_id.clone())];
+            let headers = [("x-ms-lease-duration", seconds.to_string()), ("x-ms-proposed-lease-id", lease_id.clone())];
             let mut answer = self.container.lease(&blob, "acquire", &headers).await?;
             if answer == LeaseAnswer::NoBlob {
                 self.container.create(&blob).await?;

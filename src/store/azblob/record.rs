@@ -215,11 +215,8 @@ mod tests {
             duration: 15,
             kept_until_ms: 0,
         };
-        let headers: BTreeMap<String, String> = meta
-            .headers()
-            .into_iter()
-            .map(|(n, v)| (n.trim_start_matches("x-ms-meta-").to_string(), v))
-            .collect();
+        let headers: BTreeMap<String, String> =
+            meta.headers().into_iter().map(|(n, v)| (n.trim_start_matches("x-ms-meta-").to_string(), v)).collect();
         assert!(headers.values().all(|v| v.is_ascii()));
         assert_eq!(Meta::parse(&headers), meta);
     }
@@ -227,7 +224,8 @@ mod tests {
     #[test]
     fn records() {
         let at = |ms: u64| Some(UNIX_EPOCH + Duration::from_millis(ms));
-        let meta = Meta { token: Some(3), holder: Some("a".into()), acquired_ms: 10_000, duration: 15, ..Meta::default() };
+        let meta =
+            Meta { token: Some(3), holder: Some("a".into()), acquired_ms: 10_000, duration: 15, ..Meta::default() };
         let held = record("l", LeaseState::Leased, &meta, at(12_000));
         assert_eq!((held.holder.as_deref(), held.token, held.revoked), (Some("a"), 3, false));
         assert_eq!(held.expires_in, Some(Duration::from_secs(13)));
