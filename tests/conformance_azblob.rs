@@ -236,5 +236,7 @@ async fn leases_longer_than_azure_keeps_are_refused() {
     let err = store.acquire(&unique("long"), "a", Duration::from_secs(61)).await.unwrap_err();
     assert!(err.kind == ErrorKind::Unfit && err.message.contains("15 to 60 s"), "{err:?}");
     let lease = won(&store, &unique("short"), "a", Duration::from_millis(1500)).await;
-    assert_eq!(store.status(&lease.lock).await.unwrap().expires_in.map(|d| d.as_secs() >= 14), Some(true));
+    // A 15 s lease, read a second or two later (a new blob's token waits out its second).
+    let left = store.status(&lease.lock).await.unwrap().expires_in.expect("held");
+    assert!(left > Duration::from_secs(10), "{left:?} left of a lease asked for 1.5 s");
 }
