@@ -10,6 +10,7 @@ use std::time::Duration;
 use leaderrun::store::registry;
 
 use crate::proxy::{Mode, Proxy};
+use crate::servers::azurite::Azurite;
 use crate::servers::cluster::Cluster;
 use crate::servers::{
     datastore_emulator::DatastoreEmulator, etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb,
@@ -31,6 +32,7 @@ pub enum Kind {
     DynamoDb,
     Gcs,
     Datastore,
+    AzBlob,
 }
 
 impl Kind {
@@ -60,6 +62,7 @@ impl Kind {
             "dynamodb" => Kind::DynamoDb,
             "gcs" => Kind::Gcs,
             "datastore" => Kind::Datastore,
+            "azblob" => Kind::AzBlob,
             _ => return None,
         })
     }
@@ -102,6 +105,7 @@ impl Backend {
             Kind::DynamoDb => single::<MotoDynamo>(),
             Kind::Gcs => single::<FakeGcs>(),
             Kind::Datastore => single::<DatastoreEmulator>(),
+            Kind::AzBlob => single::<Azurite>(),
         };
         let mut backend = Self { kind, server, proxies: Vec::new() };
         if let Server::Single(server) = &backend.server {

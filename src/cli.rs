@@ -380,9 +380,9 @@ pub struct RunArgs {
     pub lock_delay: Duration,
 
     /// How far apart the wall clocks of the store's servers may be, for stores that judge
-    /// expiry on them (PostgreSQL, MySQL, Redis, NATS): after a failover to a replica whose
-    /// clock runs ahead, leases end that much early, so the holder stops its child that much
-    /// sooner. Keep the servers NTP-synced and set this to the worst offset you allow.
+    /// expiry on them (PostgreSQL, MySQL, Redis, NATS, Azure Blob): after a failover to a
+    /// replica whose clock runs ahead, leases end that much early, so the holder stops its
+    /// child that much sooner. Keep the servers NTP-synced and set this to the worst offset you allow.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "500ms", env = "LEADERRUN_SERVER_CLOCK_SKEW")]
     pub server_clock_skew: Duration,
 

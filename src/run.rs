@@ -21,7 +21,7 @@ use crate::observe::{Event, Observer};
 use crate::slots;
 use crate::store::kind::StoreSpec;
 use crate::store::{registry, validate_lock_name, Access, Store};
-use crate::timing::{validate_timeout, Requested};
+use crate::timing::{validate_timeout, Requested, Timing};
 
 mod check;
 mod opening;
@@ -126,6 +126,7 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         lock_delay: args.lock_delay,
     };
     let timing = requested.timing().map_err(|e| usage(e.to_string()))?;
+    check_lease_limits(&*spec, &timing, &requested).map_err(usage)?;
     validate_timeout(args.timeout).map_err(|e| usage(e.to_string()))?;
     if args.max_runtime.is_some_and(|d| d.is_zero()) {
         return Err(usage("--max-runtime must be longer than 0s".into()));
@@ -165,6 +166,35 @@ fn plan(args: RunArgs, started: Duration) -> Result<Plan, u8> {
         started,
         reporting,
     })
+}
+
+/// Refuse a lease (ttl + --lock-delay) the store cannot keep (`StoreSpec::lease_limits`), in
+/// one line naming the flags, the store and its range.
+fn check_lease_limits(spec: &dyn StoreSpec, timing: &Timing, requested: &Requested) -> Result<(), String> {
+    let Some(limits) = spec.lease_limits() else { return Ok(()) };
+    let lease = timing.store_ttl();
+    if limits.contains(&lease) {
+        return Ok(());
+    }
+    let show = |d: Duration| humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string();
+    let default = if requested.ttl.is_some() { "" } else { " (the default)" };
+    let asked = if timing.lock_delay.is_zero() {
+        format!("--ttl {}{default} asks for a lease of {}", show(timing.ttl), show(lease))
+    } else {
+        format!(
+            "--ttl {}{default} + --lock-delay {} is a lease of {}",
+            show(timing.ttl),
+            show(timing.lock_delay),
+            show(lease)
+        )
+    };
+    let fix = if lease < *limits.start() { "raise --ttl" } else { "lower --ttl or --lock-delay" };
+    Err(format!(
+        "{asked}, but the store {} keeps leases of {} to {} only; {fix}",
+        spec.shown(),
+        show(*limits.start()),
+        show(*limits.end())
+    ))
 }
 
 /// HOST:PID:RANDOM, unique per run (assumption A4 of the safety contract).
@@ -273,5 +303,56 @@ async fn init(common: &CommonArgs, print_sql: bool) -> anyhow::Result<u8> {
     match spec.prepare().await {
         Ok(_) => print(&format!("the store is ready: {}\n", spec.shown())).map(|()| 0),
         Err(err) => Ok(fail(exit::STORE_UNAVAILABLE, err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store that keeps leases of 15 s to 60 s only.
+    struct Limited;
+
+    #[async_trait::async_trait]
+    impl StoreSpec for Limited {
+        fn shown(&self) -> String {
+            "limited://x".into()
+        }
+        async fn open(&self, _: Access) -> crate::store::Result<Box<dyn Store>> {
+            unreachable!("never opened")
+        }
+        fn expiry_on_server_wall_clock(&self) -> bool {
+            false
+        }
+        fn lease_limits(&self) -> Option<std::ops::RangeInclusive<Duration>> {
+            Some(Duration::from_secs(15)..=Duration::from_secs(60))
+        }
+    }
+
+    fn check(ttl: Option<u64>, delay: u64) -> Result<(), String> {
+        let requested = Requested {
+            ttl: ttl.map(Duration::from_secs),
+            renew_every: None,
+            kill_after: None,
+            min_hold: None,
+            server_skew: Duration::ZERO,
+            waiting: true,
+            failover: Duration::ZERO,
+            lock_delay: Duration::from_secs(delay),
+        };
+        check_lease_limits(&Limited, &requested.timing().unwrap(), &requested)
+    }
+
+    #[test]
+    fn a_lease_the_store_cannot_keep_is_refused_naming_the_flags_and_the_range() {
+        assert!(check(None, 0).is_ok() && check(Some(60), 0).is_ok() && check(Some(10), 5).is_ok());
+        let err = check(Some(10), 0).unwrap_err();
+        assert_eq!(
+            err,
+            "--ttl 10s asks for a lease of 10s, but the store limited://x keeps leases of 15s to 1m only; raise --ttl"
+        );
+        let err = check(None, 50).unwrap_err();
+        assert!(err.starts_with("--ttl 15s (the default) + --lock-delay 50s is a lease of 1m 5s"), "{err}");
+        assert!(err.ends_with("lower --ttl or --lock-delay"), "{err}");
     }
 }

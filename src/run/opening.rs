@@ -179,6 +179,8 @@ async fn fit_to_failover(plan: &mut Plan, store: &dyn Store, retrying: &mut Retr
     };
     plan.requested.failover = failover;
     let timing = plan.requested.timing().map_err(|e| fail(exit::USAGE, e))?;
+    // A default ttl raised for the failover must still be a lease the store keeps.
+    super::check_lease_limits(&*plan.spec, &timing, &plan.requested).map_err(|e| fail(exit::USAGE, e))?;
     if let Mode::OneShot { until: None, .. } = plan.election.mode {
         let retry_until = plan.started + timing.one_shot_retry();
         plan.election.mode = Mode::OneShot { until: None, retry_until };

@@ -5,6 +5,7 @@
 //! A store fills in one `StoreKind` in its own folder (`kind.rs`) and implements
 //! `StoreSpec` for its parsed URL. Nothing here names a store.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -61,6 +62,15 @@ pub trait StoreSpec: Send + Sync {
     /// anything connects, so that opening the store rides it out too.
     fn known_failover(&self) -> Duration {
         Duration::ZERO
+    }
+
+    /// The lease lifetimes this store can keep (what a run asks it for: `Timing::store_ttl`,
+    /// --ttl + --lock-delay), if it takes only some: a run whose lease falls outside is refused
+    /// before anything connects. A lease inside the range that the store cannot ask for exactly
+    /// (not whole seconds) is the store's to round up: a longer lease in the store is safe, the
+    /// holder's deadline does not move.
+    fn lease_limits(&self) -> Option<RangeInclusive<Duration>> {
+        None
     }
 
     /// Whether this store can keep a lock of this name (beyond `validate_lock_name`'s rules):

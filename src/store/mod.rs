@@ -11,6 +11,8 @@ use async_trait::async_trait;
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "azblob")]
+pub mod azblob;
 pub mod client_timed;
 #[cfg(feature = "datastore")]
 pub mod datastore;

@@ -35,6 +35,8 @@ pub const STORES: &[&StoreKind] = &[
     &super::gcs::KIND,
     #[cfg(feature = "datastore")]
     &super::datastore::KIND,
+    #[cfg(feature = "azblob")]
+    &super::azblob::KIND,
 ];
 
 /// Every store any build may have, by name (its Cargo feature): a scheme this build does not
@@ -52,6 +54,7 @@ pub const EVERY_STORE: &[&str] = &[
     "dynamodb",
     "gcs",
     "datastore",
+    "azblob",
 ];
 
 /// The store of this build that `scheme` names (any case).

@@ -184,7 +184,11 @@ fn redact_query(tail: &str) -> String {
     let masked: Vec<String> = query
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((k, _)) if k.to_ascii_lowercase().contains("pass") || k.eq_ignore_ascii_case("token") => {
+            Some((k, _))
+                if k.to_ascii_lowercase().contains("pass")
+                    || k.eq_ignore_ascii_case("token")
+                    || k.eq_ignore_ascii_case("sig") =>
+            {
                 format!("{k}=***")
             }
             _ => pair.to_string(),

@@ -159,7 +159,8 @@ impl ZooKeeper {
             // `ruok` answers before the server takes sessions; `srvr` says when it does. The
             // secure port opens on its own, sometimes a second after the plain one: wait for a
             // handshake on it too.
-            let secure_ready = self.tls.as_ref().is_none_or(|(certs, port)| tls_handshake(certs, port.load(Ordering::SeqCst)));
+            let secure_ready =
+                self.tls.as_ref().is_none_or(|(certs, port)| tls_handshake(certs, port.load(Ordering::SeqCst)));
             if secure_ready && self.four_letters("srvr").is_ok_and(|answer| answer.contains("Mode: ")) {
                 self.process.set(child);
                 return Ok(());

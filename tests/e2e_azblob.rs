@@ -1,0 +1,122 @@
+//! End-to-end tests of the `leaderrun` binary against Azurite (one server per test): the shared
+//! suite (tests/e2e/), where the Azure CLI's AZURE_STORAGE_CONNECTION_STRING finds the server,
+//! and what only this store has: a --ttl outside Azure's 15-60 s refused before anything
+//! connects, a missing container named (exit 69), a killed holder replaced with a ttl Azure
+//! takes, and -vvv that shows neither the key nor a SAS. (The shared outage test runs as it is:
+//! its ttl, the server's `outage_ttl`, is 15 s, which Azure takes.)
+//!
+//! Fencing tokens follow the server's clock (seconds × 1,000,000), so they increase but do not
+//! start at 1.
+
+mod common;
+mod e2e;
+mod servers;
+
+use common::*;
+use e2e::Tokens;
+use nix::sys::signal::Signal;
+use servers::azurite::{connection_string, Azurite, KEY};
+use servers::TestServer;
+
+e2e_suite!(Azurite, tokens: Tokens::Rising, except {
+    a_killed_holder_is_replaced: "its --ttl 3s is shorter than any lease Azure keeps (15 s): this file's own \
+        test of the same name runs with --ttl 15s",
+    an_outage_longer_than_the_lease_stops_the_child: "its --ttl 3s is shorter than any lease Azure keeps \
+        (15 s); the conformance suite's revoke test and the fault run cover a lease lost under its child",
+    runs_over_mutual_tls: "Azurite is plain HTTP here",
+});
+
+/// A sandbox whose runs reach `server` through the connection string.
+fn sandbox(server: &Azurite) -> Sandbox {
+    Sandbox::new().with_envs(server.env())
+}
+
+#[test]
+fn a_ttl_azure_cannot_keep_is_refused_before_connecting() {
+    // Nothing listens on this port: a refusal that came from the store would exit 69.
+    let closed = servers::free_port();
+    let sb = Sandbox::new().with_env("AZURE_STORAGE_CONNECTION_STRING", &connection_string(closed, KEY));
+    let url = Azurite::url_of("locks", "");
+    let job = ["--", "sh", "-c", r#"touch "$D/ran""#];
+    for (timing, says) in [
+        (&["--ttl", "10s"][..], "--ttl 10s asks for a lease of 10s"),
+        (&["--ttl", "61s"], "--ttl 1m 1s asks for a lease of 1m 1s"),
+        (&["--ttl", "50s", "--lock-delay", "20s"], "--ttl 50s + --lock-delay 20s is a lease of 1m 10s"),
+        (&["--lock-delay", "50s"], "--ttl 15s (the default) + --lock-delay 50s"),
+    ] {
+        let args = [&["--lock", "x"][..], timing, &job].concat();
+        let out = sb.output(sb.at(&url, &args));
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{timing:?}: {err:?}");
+        assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+        for part in [says, "azblob://devstoreaccount1/locks", "15s to 1m"] {
+            assert!(err.contains(part), "{part:?} missing from {err:?}");
+        }
+    }
+    // Inside the range, the same command gets as far as the (closed) port.
+    let out = sb.output(sb.at(&url, &[&["--lock", "x", "--ttl", "20500ms", "--timeout", "1s"][..], &job].concat()));
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    assert!(!sb.exists("ran"));
+}
+
+#[test]
+fn a_missing_container_exits_69_naming_it() {
+    let server = Azurite::start();
+    let sb = sandbox(&server);
+    let url = Azurite::url_of("no-such-container", "");
+    for args in [&["--lock", "x", "--", "sh", "-c", r#"touch "$D/ran""#][..], &["status", "--lock", "x"], &["list"]] {
+        let out = sb.output(sb.at(&url, args));
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {err:?}");
+        assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+        assert!(err.contains("the container \"no-such-container\" does not exist"), "{err:?}");
+        assert!(!err.contains(KEY), "{err:?}");
+    }
+    assert!(!sb.exists("ran"));
+}
+
+/// The shared suite's test of the same name, with a ttl Azure keeps: a holder killed with
+/// SIGKILL is replaced once its lease has lapsed on the server, and the children never overlap.
+#[test]
+fn a_killed_holder_is_replaced() {
+    let server = Azurite::start();
+    let sb = sandbox(&server);
+    let url = server.url();
+    let script = r#"exec 9>>"$D/flock"; flock -n 9 || echo "OVERLAP" >> "$D/events"
+echo $$ > "$D/child-$LEADERRUN_FENCING_TOKEN.pid"
+echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"; exec sleep 1000"#;
+    let args = ["--lock", "worker", "--wait", "--ttl", "15s", "--", "sh", "-c", script];
+    let first = sb.spawn("first", sb.at(&url, &args));
+    wait_for(|| sb.lines("events").len() == 1, SOON, "the first child");
+    let mut standby = sb.spawn("standby", sb.at(&url, &args));
+    first.signal(Signal::SIGKILL);
+    wait_for(|| sb.lines("events").len() == 2, WITHIN_A_LEASE * 2, "the standby's child");
+    let events = sb.lines("events");
+    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children at once: {events:?}");
+    let tokens: Vec<u64> = events.iter().filter_map(|l| l.strip_prefix("start ")?.parse().ok()).collect();
+    Tokens::Rising.check(&tokens);
+    let first_child: i32 = sb.read(&format!("child-{}.pid", tokens[0])).trim().parse().expect("a pid");
+    assert!(!pid_alive(first_child), "the killed holder's child must be dead");
+    standby.signal(Signal::SIGTERM);
+    assert_eq!(standby.wait_code(SOON), 128 + 15, "stderr {:?}", standby.stderr());
+    sb.wait_no_processes_left(SOON);
+}
+
+/// -vvv with a SAS token: neither its signature nor the rest of it shows.
+#[test]
+fn verbose_output_never_shows_a_sas() {
+    let server = Azurite::start();
+    let sig = "c2lnbmF0dXJlLW5vdC1zaG93bg%3D%3D";
+    let sas = format!("sv=2021-06-08&ss=b&srt=sco&sp=rwdlac&se=2099-01-01T00%3A00%3A00Z&sig={sig}");
+    let connection =
+        format!("BlobEndpoint=http://127.0.0.1:{}/devstoreaccount1;SharedAccessSignature={sas}", server.port());
+    let sb = Sandbox::new().with_env("AZURE_STORAGE_CONNECTION_STRING", &connection);
+    // Azurite refuses the made-up signature: every command fails, and says so without it.
+    for args in [&["-vvv", "--lock", "v", "--", "true"][..], &["status", "-vvv", "--lock", "v"], &["list", "-vvv"]] {
+        let out = sb.output(sb.at(&server.url(), args));
+        let all = format!("{}{}", stdout_of(&out), stderr_of(&out));
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {all}");
+        assert!(all.contains("HTTP 403"), "{all}");
+        assert!(!all.contains("c2lnbmF0dXJl") && !all.contains("se=2099"), "the SAS shows: {all}");
+    }
+}
