@@ -223,13 +223,13 @@ impl Backend {
     /// How a server fault restarts the server, for the report.
     pub fn restart_signal(&self) -> &'static str {
         match self.kind {
-            // SIGKILL would lose every write since it started: it saves on SIGTERM only.
-            Kind::Datastore => "SIGTERM",
+            // SIGKILL would lose every write since it started: they save on SIGTERM only.
+            Kind::Datastore | Kind::AzBlob => "SIGTERM",
             _ => "SIGKILL",
         }
     }
 
-    /// SIGKILL the server (the Datastore emulator: SIGTERM, see `TestServer::kill`), keep
+    /// SIGKILL the server (the Datastore emulator and Azurite: SIGTERM, see `TestServer::kill`), keep
     /// it down for `down`, start it again.
     pub fn kill_server(&self, down: Duration) {
         if let Server::Single(server) = &self.server {

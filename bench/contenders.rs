@@ -113,10 +113,10 @@ impl Run {
             .map(|c| Pid::from_raw(c.id() as i32))
     }
 
-    /// Wait (up to 30 s) for a holder whose wrapper we know; None is a liveness failure.
-    pub fn current_holder(&self) -> Option<(String, Pid)> {
+    /// Wait (up to `within`) for a holder whose wrapper we know; None is a liveness failure.
+    pub fn current_holder(&self, within: Duration) -> Option<(String, Pid)> {
         let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
+        while started.elapsed() < within {
             if let Some(identity) = self.holder() {
                 if let Some(pid) = self.wrapper_pid(&identity) {
                     return Some((identity, pid));

@@ -234,8 +234,11 @@ fn main() {
         }
         let gap = rng.random_range(run.config.gap_min.as_secs_f64()..=run.config.gap_max.as_secs_f64());
         thread::sleep(Duration::from_secs_f64(gap));
-        let Some((holder, wrapper)) = run.current_holder() else {
-            eprintln!("leaderrun-faultrun: no holder emerged within 30 s (after {n} faults)");
+        // A takeover after a crash waits out the lease: 30 s, or four ttls when that is longer
+        // (a frozen server's 1.5 ttl, then the lease it left).
+        let within = Duration::from_secs(30).max(run.config.ttl * 4);
+        let Some((holder, wrapper)) = run.current_holder(within) else {
+            eprintln!("leaderrun-faultrun: no holder emerged within {} s (after {n} faults)", within.as_secs());
             liveness_failure = true;
             break;
         };

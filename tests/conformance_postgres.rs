@@ -366,7 +366,6 @@ async fn a_frozen_waiter_costs_each_handoff_one_stagger() {
     let (requests, _counting) = conformance::count_requests();
     let pg = pg().await;
     let lock = unique("frozen");
-    let waiters = conformance::open_stores(&pg, N).await;
     let first = pg.open().await;
     let lease = won(&*first, &lock, "first", TTL).await;
     let frozen = pg.open().await;
@@ -376,7 +375,7 @@ async fn a_frozen_waiter_costs_each_handoff_one_stagger() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Its listener stays in the store, connected and unread.
     wait.abort();
-    let (tasks, turns) = conformance::take_turns(waiters, &lock);
+    let (tasks, turns) = conformance::take_turns(&pg, &lock, N).await;
     until_waiting(&pg.server, N + 1).await;
     let (before, started) = (requests.count(), std::time::Instant::now());
     first.release(&lease, Duration::ZERO).await.unwrap();

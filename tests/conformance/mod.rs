@@ -504,32 +504,44 @@ pub async fn open_stores(h: &dyn Harness, n: usize) -> Vec<Arc<dyn Store>> {
     stores
 }
 
-/// Start a waiter on `lock` for each of `stores`: each acquires until it wins (waiting for a
-/// change, at most until the lease it saw would lapse, when held), notes its turn, holds the
-/// lease 2 ms and releases it.
-pub fn take_turns(stores: Vec<Arc<dyn Store>>, lock: &str) -> (Vec<tokio::task::JoinHandle<()>>, Turns) {
+/// Start `n` waiters on `lock` (a store each, as `n` processes, each opened as the one before
+/// it starts waiting): see `waiter`.
+pub async fn take_turns(h: &dyn Harness, lock: &str, n: usize) -> (Vec<tokio::task::JoinHandle<()>>, Turns) {
     let turns = Turns::default();
     let mut tasks = Vec::new();
-    for (i, store) in stores.into_iter().enumerate() {
-        let (lock, turns) = (lock.to_string(), turns.clone());
-        tasks.push(tokio::spawn(async move {
-            let identity = format!("w{i}");
-            let lease = loop {
-                match store.acquire(&lock, &identity, TTL).await.expect("acquire") {
-                    Acquire::Won(lease) => break lease,
-                    Acquire::Held(record) => {
-                        let until_expiry = record.expires_in.unwrap_or(TTL) + Duration::from_millis(20);
-                        store.changed(&lock, until_expiry).await;
-                    }
-                    other => panic!("{identity}: unexpected {other:?}"),
-                }
-            };
-            turns.lock().unwrap().push((lease.token, identity));
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            store.release(&lease, Duration::ZERO).await.unwrap();
-        }));
+    for i in 0..n {
+        tasks.push(waiter(i, h.open().await, lock, &turns));
     }
     (tasks, turns)
+}
+
+/// `take_turns` with stores opened beforehand (`open_stores`).
+pub fn take_turns_with(stores: Vec<Arc<dyn Store>>, lock: &str) -> (Vec<tokio::task::JoinHandle<()>>, Turns) {
+    let turns = Turns::default();
+    let tasks = stores.into_iter().enumerate().map(|(i, store)| waiter(i, store, lock, &turns)).collect();
+    (tasks, turns)
+}
+
+/// A waiter on `lock`: it acquires until it wins (waiting for a change, at most until the lease
+/// it saw would lapse, when held), notes its turn, holds the lease 2 ms and releases it.
+fn waiter(i: usize, store: Arc<dyn Store>, lock: &str, turns: &Turns) -> tokio::task::JoinHandle<()> {
+    let (lock, turns) = (lock.to_string(), turns.clone());
+    tokio::spawn(async move {
+        let identity = format!("w{i}");
+        let lease = loop {
+            match store.acquire(&lock, &identity, TTL).await.expect("acquire") {
+                Acquire::Won(lease) => break lease,
+                Acquire::Held(record) => {
+                    let until_expiry = record.expires_in.unwrap_or(TTL) + Duration::from_millis(20);
+                    store.changed(&lock, until_expiry).await;
+                }
+                other => panic!("{identity}: unexpected {other:?}"),
+            }
+        };
+        turns.lock().unwrap().push((lease.token, identity));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        store.release(&lease, Duration::ZERO).await.unwrap();
+    })
 }
 
 /// A hundred waiters on one lock (a store each, as a hundred processes), each taking its turn
@@ -542,7 +554,7 @@ pub async fn a_hundred_waiters_take_turns(h: &dyn Harness, requests: &Requests, 
     let waiters = open_stores(h, N).await;
     let first = h.open().await;
     let lease = won(&*first, &lock, "first", TTL).await;
-    let (tasks, turns) = take_turns(waiters, &lock);
+    let (tasks, turns) = take_turns_with(waiters, &lock);
     // Every waiter has asked once and is waiting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = requests.count();
@@ -606,13 +618,7 @@ macro_rules! conformance_suite {
 pub struct Requests(Arc<std::sync::atomic::AtomicUsize>);
 
 impl Requests {
-    /// The requests counted so far. Every count first has each call site's interest asked
-    /// again: a call site that another test's thread was registering while the subscriber was
-    /// installed can be left with the "never" it got from no subscriber (a window that a busy
-    /// machine widens), and would go uncounted. Its registration has long ended by the time a
-    /// test measures, so from the first count on, nothing is missed.
     pub fn count(&self) -> usize {
-        tracing::callsite::rebuild_interest_cache();
         self.0.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
