@@ -242,9 +242,7 @@ impl DatastoreEmulator {
     }
 
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(10).collect();
-        format!("{tail:#?}")
+        super::process::log_tail(&self.dir.path().join("log"))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Child>> {

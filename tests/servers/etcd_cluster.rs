@@ -123,9 +123,7 @@ impl EtcdCluster {
     }
 
     fn log_tail(&self, i: usize) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join(format!("log{i}"))).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(10).collect();
-        format!("{tail:#?}")
+        super::process::log_tail(&self.dir.path().join(format!("log{i}")))
     }
 }
 

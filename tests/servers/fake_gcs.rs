@@ -196,9 +196,7 @@ impl FakeGcs {
     }
 
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(10).collect();
-        format!("{tail:#?}")
+        super::process::log_tail(&self.dir.path().join("log"))
     }
 }
 

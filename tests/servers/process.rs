@@ -70,3 +70,10 @@ pub fn start_on_free_ports(
         }
     }
 }
+
+/// The last ten lines of a server's log file, newest first, for a panic message.
+pub fn log_tail(file: &std::path::Path) -> String {
+    let log = std::fs::read_to_string(file).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(10).collect();
+    format!("{tail:#?}")
+}
