@@ -7,7 +7,7 @@ the time when three binaries run at once (`--lanes`, default 3). Each binary sti
 own tests as `cargo test` would (same working directory, same default thread count), and its
 output is printed whole when it ends, so lanes never interleave. The longest binaries start
 first, so that none is left running alone at the end, and those that load the machine most
-take turns (LIMITS).
+take turns (CAPACITY).
 
     python3 .ci/lanes.py [--lanes N] [--timeout SECONDS] [-- ARGS FOR EVERY TEST BINARY]
 
@@ -30,23 +30,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WEIGHTS = [("fault_run", 500), ("e2e_", 60), ("cluster_", 50), ("conformance_", 40)]
 
 
-# Binaries that load the machine, and how many of each kind may run at once. A binary whose
-# tests each start a server of their own uses a third to two thirds of a core the whole time
-# (its servers included: the CPU column of the output), and a JVM's start takes seconds of both
-# cores: with too many at once, the servers answer after their clients' timeouts (3 s to
-# connect, 5 s a request) and tests fail for the machine, not for leaderrun. The fault runs
-# (one server at a time, mostly asleep) count with the second kind: their timings, a 2 s lease,
-# leave a holder's stop signal a few hundred milliseconds, which a saturated machine can eat.
-LIMITS = [
-    (("datastore", "zookeeper"), 1),
-    (("postgres", "mariadb", "s3", "dynamodb", "gcs", "datastore", "zookeeper", "kubernetes", "azblob",
-      "fault_run"), 2),
-]
+# Binaries that load the machine, and how much of it they may share. A binary whose tests each
+# start a server of their own uses a third to two thirds of a core the whole time (its servers
+# included: the CPU column of the output), and a JVM's start takes seconds of both cores: with
+# too many at once, the servers answer after their clients' timeouts (3 s to connect, 5 s a
+# request) and tests fail for the machine, not for leaderrun. The fault runs (one server at a
+# time, mostly asleep) count too: their 2 s leases leave a holder's stop signal a few hundred
+# milliseconds. Two units of "heavy" may run at once; a binary that starts JVMs takes both.
+CAPACITY = 2
+HEAVY = ("postgres", "mariadb", "s3", "dynamodb", "gcs", "kubernetes", "azblob", "fault_run")
+JVMS = ("datastore", "zookeeper")
 
 
-def limits_of(name):
-    """The indexes in LIMITS of the kinds `name` counts in."""
-    return [at for at, (words, _) in enumerate(LIMITS) if any(word in name for word in words)]
+def load_of(name):
+    """How many units of CAPACITY `name` takes while it runs."""
+    if any(word in name for word in JVMS):
+        return CAPACITY
+    return 1 if any(word in name for word in HEAVY) else 0
 
 
 def weight(name):
@@ -101,18 +101,16 @@ class Lanes:
         self.jobs = list(jobs)
         self.timeout = timeout
         self.changed = threading.Condition()
-        self.running = [0] * len(LIMITS)
+        self.load = 0
         self.failed = []
 
     def take(self):
-        """The first job in order that LIMITS let start now; waits while none may."""
+        """The first job in order that CAPACITY lets start now; waits while none may."""
         with self.changed:
             while self.jobs:
                 for at, (name, _) in enumerate(self.jobs):
-                    kinds = limits_of(name)
-                    if all(self.running[k] < LIMITS[k][1] for k in kinds):
-                        for k in kinds:
-                            self.running[k] += 1
+                    if self.load + load_of(name) <= CAPACITY:
+                        self.load += load_of(name)
                         return self.jobs.pop(at)
                 self.changed.wait()
             return None
@@ -128,8 +126,7 @@ class Lanes:
                 print(f"     Running {name} ({verdict}, {took:.1f} s, {cpu:.1f} s of CPU)\n{output}", flush=True)
                 if not ok:
                     self.failed.append(name)
-                for k in limits_of(name):
-                    self.running[k] -= 1
+                self.load -= load_of(name)
                 self.changed.notify_all()
 
     def run(self, lanes):
