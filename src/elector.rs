@@ -164,10 +164,37 @@ impl Elector {
     /// Campaign, then run the payload while leading.
     pub async fn run(mut self, payload: &mut dyn Payload) -> Outcome {
         self.observer.event(&Event::Campaigning { lock: &self.election.lock });
-        match self.campaign().await {
-            Ok(won) => self.lead(payload, won).await,
-            Err(outcome) => outcome,
+        loop {
+            let won = match self.campaign().await {
+                Ok(won) => won,
+                Err(outcome) => return outcome,
+            };
+            match self.lead(payload, won).await {
+                // This host froze or starved between the grant and the child's exec for longer
+                // than the lease: nothing ran, and the lease was given back. Like a grant that
+                // came too late, a failure to try again while the run may (a plain lock: a
+                // campaign for slots has closed the stores of the slots it did not win).
+                Outcome::StartFailed(StartError::TooLate) if self.election.slots == 1 && !self.out_of_retries() => {
+                    tracing::warn!("the lease ran out before the child could start; campaigning again");
+                }
+                Outcome::StartFailed(StartError::TooLate) => {
+                    return Outcome::StoreFailed(StoreError::unavailable(
+                        "the lease ran out before the child could start: this host was frozen or starved for longer than --ttl",
+                    ))
+                }
+                outcome => return outcome,
+            }
         }
+    }
+
+    /// Whether the time the run has for transient failures (--timeout, or a one-shot run's
+    /// retries) is up.
+    fn out_of_retries(&self) -> bool {
+        let until = match self.election.mode {
+            Mode::Wait { until } => until,
+            Mode::OneShot { retry_until, .. } => Some(retry_until),
+        };
+        until.is_some_and(|t| self.now() >= t)
     }
 
     fn timing(&self) -> Timing {

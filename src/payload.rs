@@ -37,6 +37,10 @@ pub enum StartError {
     NotExecutable(String, String),
     #[error("{0}")]
     Internal(String),
+    /// The lease's stop time had passed when the child was about to run (this host froze or
+    /// was starved between the grant and the exec): it was never run, and must not be.
+    #[error("the lease ran out before the child could start")]
+    TooLate,
 }
 
 impl StartError {
@@ -45,6 +49,7 @@ impl StartError {
             StartError::NotFound(_) => crate::exit::NOT_FOUND,
             StartError::NotExecutable(..) => crate::exit::NOT_EXECUTABLE,
             StartError::Internal(_) => crate::exit::INTERNAL,
+            StartError::TooLate => crate::exit::STORE_UNAVAILABLE,
         }
     }
 }
@@ -52,7 +57,9 @@ impl StartError {
 #[async_trait]
 pub trait Payload: Send {
     /// Start under `lease`, held in slot `slot` of the lock (0 for a plain lock); `deadline`
-    /// (on the elector's clock) is when it must be dead unless the lease is renewed.
+    /// (on the elector's clock) is when it must be dead unless the lease is renewed. A payload
+    /// that would begin after its stop time (`Timing::stop_at`) does not begin:
+    /// `StartError::TooLate`.
     async fn start(&mut self, lease: &Lease, slot: usize, deadline: Duration) -> Result<(), StartError>;
     /// A renewal succeeded: the deadline moved to `deadline`.
     fn extend(&mut self, deadline: Duration);

@@ -11,8 +11,8 @@
 //! exec it makes only async-signal-safe system calls on memory prepared beforehand: no
 //! allocation, no locks. What std's spawn does there, it does too: the signal mask emptied,
 //! SIGPIPE back to its default (Rust ignores it), a process group of its own; and it makes
-//! the same two calls the supervisor's other path makes (tell the watchdog its group, take
-//! the terminal). An exec failure comes back as an errno over a close-on-exec pipe.
+//! the same calls the supervisor's other path makes (tell the watchdog its group, check that
+//! the lease's stop time has not passed, take the terminal). An exec failure comes back as an errno over a close-on-exec pipe.
 //!
 //! Where `clone3` is refused (an older kernel, a seccomp profile answering ENOSYS or
 //! EPERM), `spawn` says so and the supervisor falls back to std's spawn and the move.
@@ -23,6 +23,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
@@ -98,8 +99,15 @@ pub enum NotStarted {
 }
 
 /// Start `exec` inside the cgroup open (O_DIRECTORY) on `cgroup`, in a process group of
-/// its own, telling the watchdog on `announce` and taking the terminal if `terminal`.
-pub fn spawn_into(exec: &Exec, cgroup: RawFd, announce: Option<RawFd>, terminal: bool) -> Result<Started, NotStarted> {
+/// its own, telling the watchdog on `announce` and taking the terminal if `terminal`; not
+/// at all once CLOCK_BOOTTIME reaches `start_by` (`NotStarted::Exec` with ETIMEDOUT).
+pub fn spawn_into(
+    exec: &Exec,
+    cgroup: RawFd,
+    announce: Option<RawFd>,
+    terminal: bool,
+    start_by: Duration,
+) -> Result<Started, NotStarted> {
     let argv: Vec<*const libc::c_char> =
         exec.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
     let envp: Vec<*const libc::c_char> =
@@ -119,7 +127,7 @@ pub fn spawn_into(exec: &Exec, cgroup: RawFd, announce: Option<RawFd>, terminal:
     let pid = unsafe { libc::syscall(libc::SYS_clone3, std::ptr::addr_of!(args), std::mem::size_of::<CloneArgs>()) };
     if pid == 0 {
         // SAFETY: in the new process, between clone and exec; see child_execs.
-        unsafe { child_execs(exec, &argv, &envp, failed_write.as_raw_fd(), announce, terminal) }
+        unsafe { child_execs(exec, &argv, &envp, failed_write.as_raw_fd(), announce, terminal, start_by) }
     }
     if pid < 0 {
         let err = io::Error::last_os_error();
@@ -175,6 +183,7 @@ unsafe fn child_execs(
     failed: RawFd,
     announce: Option<RawFd>,
     terminal: bool,
+    start_by: Duration,
 ) -> ! {
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
@@ -186,6 +195,10 @@ unsafe fn child_execs(
             ok = super::watchdog::announce_from_child(fd).is_ok();
         }
     }
+    if ok && !in_time(start_by) {
+        *libc::__errno_location() = libc::ETIMEDOUT;
+        ok = false;
+    }
     if ok && terminal {
         let _ = super::terminal::take_foreground();
     }
@@ -196,6 +209,21 @@ unsafe fn child_execs(
     let errno = if errno == 0 { libc::EIO } else { errno };
     libc::write(failed, errno.to_ne_bytes().as_ptr().cast(), 4);
     libc::_exit(127)
+}
+
+/// Whether CLOCK_BOOTTIME is still short of `start_by`: the last check before the child's
+/// program runs, in the new process itself. The elector checked the same instant when the
+/// grant came, but this host may freeze or starve the run between there and here (a SIGSTOP,
+/// a saturated CPU) for longer than the lease: a child that ran then could overlap the next
+/// holder's. From here on the watchdog, which already knows the child's group, enforces the
+/// deadline. Async-signal-safe: one clock_gettime, no allocation.
+pub fn in_time(start_by: Duration) -> bool {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-parameter; clock_gettime is async-signal-safe.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return false;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) < start_by
 }
 
 /// Reap a child that has exited (or is about to): waitid on its pidfd, blocking.

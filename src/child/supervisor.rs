@@ -141,6 +141,7 @@ impl Supervisor {
         lease: &Lease,
         announce: Option<RawFd>,
         terminal: bool,
+        start_by: Duration,
     ) -> Result<spawn::Started, Option<std::io::Error>> {
         let unsupported = |why: String| {
             tracing::debug!("cannot start the child inside its cgroup ({why}); it moves in itself");
@@ -148,7 +149,7 @@ impl Supervisor {
         };
         let dir = cgroup.open_dir().map_err(|e| unsupported(format!("{}: {e}", cgroup.dir().display())))?;
         let exec = Exec::new(&self.command, &self.environment(lease)).map_err(Some)?;
-        match spawn::spawn_into(&exec, dir.as_raw_fd(), announce, terminal) {
+        match spawn::spawn_into(&exec, dir.as_raw_fd(), announce, terminal, start_by) {
             Ok(started) => Ok(started),
             Err(NotStarted::Unsupported(err)) => Err(unsupported(format!("clone3: {err}"))),
             Err(NotStarted::Exec(err) | NotStarted::Other(err)) => Err(Some(err)),
@@ -163,6 +164,7 @@ impl Supervisor {
         procs: Option<RawFd>,
         announce: Option<RawFd>,
         terminal: bool,
+        start_by: Duration,
     ) -> std::io::Result<ChildProcess> {
         let mut command = tokio::process::Command::new(&self.command.path);
         command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
@@ -187,6 +189,14 @@ impl Supervisor {
             unsafe {
                 command.pre_exec(move || watchdog::announce_from_child(fd));
             }
+        }
+        // Last: not at all once the lease's stop time has passed (see spawn::in_time).
+        // SAFETY: runs between fork and exec; in_time makes one clock_gettime.
+        unsafe {
+            command.pre_exec(move || match spawn::in_time(start_by) {
+                true => Ok(()),
+                false => Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT)),
+            });
         }
         if terminal {
             // SAFETY: runs between fork and exec; take_foreground makes only
@@ -276,16 +286,22 @@ impl Payload for Supervisor {
         }
         let terminal = terminal::in_foreground();
         let announce = watchdog.pipe_fd();
+        // The instant the elector would stop the child (`Timing::stop_at`): checked once more
+        // in the new process, just before its program runs.
+        let start_by = deadline.saturating_sub(self.kill_after);
         // Straight into its cgroup where the kernel allows (see spawn.rs); else std's spawn,
         // and the child moves itself in before its program runs.
         let cloned = match &cgroup {
-            Some((cgroup, _)) => self.clone_into(cgroup, lease, announce, terminal),
+            Some((cgroup, _)) => self.clone_into(cgroup, lease, announce, terminal, start_by),
             None => Err(None),
         };
         let spawned = match cloned {
             Ok(started) => Ok(ChildProcess::Cloned(started)),
             Err(Some(err)) => Err(err),
-            Err(None) => self.std_spawn(lease, cgroup.as_ref().map(|(_, procs)| procs.as_raw_fd()), announce, terminal),
+            Err(None) => {
+                let procs = cgroup.as_ref().map(|(_, procs)| procs.as_raw_fd());
+                self.std_spawn(lease, procs, announce, terminal, start_by)
+            }
         };
         let cgroup = cgroup.map(|(cgroup, _procs)| cgroup);
         let child = match spawned {
@@ -295,6 +311,7 @@ impl Payload for Supervisor {
                 remove_cgroup(cgroup.as_ref());
                 let shown = self.command.program.to_string_lossy().into_owned();
                 return Err(match err.kind() {
+                    _ if err.raw_os_error() == Some(libc::ETIMEDOUT) => StartError::TooLate,
                     std::io::ErrorKind::NotFound => StartError::NotFound(shown),
                     _ => StartError::NotExecutable(shown, err.to_string()),
                 });
@@ -467,3 +484,6 @@ async fn reap(child: ChildProcess, tree: Tree, stop: Signal, kill_after: Duratio
     }
     let _ = tx.send(ended);
 }
+
+#[cfg(test)]
+mod tests;

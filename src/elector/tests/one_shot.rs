@@ -104,3 +104,40 @@ async fn one_shot_retry_ends_at_a_held_lock() {
     assert_eq!(s.clock.now(), secs(1.0));
     assert!(child.events().is_empty());
 }
+
+/// A host frozen between the grant and the child's exec for longer than the lease: the child
+/// does not run (`StartError::TooLate`), the lease is given back at once, and the run
+/// campaigns again while its retry bound allows; the child then runs under a new token.
+#[tokio::test(start_paused = true)]
+async fn a_start_too_late_gives_the_lease_back_and_campaigns_again() {
+    let mut s = setup();
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    child.too_late = 1;
+    let mode = Mode::OneShot { until: None, retry_until: secs(5.0) };
+    let outcome = s.elector("a", mode, secs(60.0)).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    let calls: Vec<String> = s.store.calls.lock().unwrap().iter().map(|(_, op)| op.clone()).collect();
+    let first_release = calls.iter().position(|op| op.starts_with("release")).expect("the lease was given back");
+    assert!(calls[..first_release].iter().filter(|op| op.starts_with("acquire")).count() == 1, "{calls:?}");
+    assert!(calls[first_release..].iter().any(|op| op.starts_with("acquire")), "campaigned again: {calls:?}");
+    match child.events().first() {
+        Some(Event::Start { token, .. }) => assert_eq!(*token, 2, "the child runs under the second lease"),
+        other => panic!("the child never started: {other:?}"),
+    }
+}
+
+/// Past its retry bound, a start too late ends the run as a store failure (exit 69), with
+/// nothing run and the lease given back.
+#[tokio::test(start_paused = true)]
+async fn a_start_too_late_past_the_retry_bound_ends_the_run() {
+    let mut s = setup();
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    child.too_late = usize::MAX;
+    let outcome = s.elector("a", once(), secs(60.0)).run(&mut child).await;
+    match outcome {
+        Outcome::StoreFailed(err) => assert!(err.to_string().contains("before the child could start"), "{err}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(child.events().is_empty());
+    assert_eq!(s.store.expiry(LOCK), None, "the lease was given back, not kept for --min-hold");
+}

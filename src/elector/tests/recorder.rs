@@ -32,6 +32,9 @@ pub(super) struct Recorder {
     pub(super) slot: Option<usize>,
     pub(super) ended: Option<ChildExit>,
     pub(super) wake: Arc<Notify>,
+    /// How many starts, from the first, find the lease's stop time passed (a host that froze
+    /// between the grant and the exec): they run nothing and say `StartError::TooLate`.
+    pub(super) too_late: usize,
 }
 
 impl Recorder {
@@ -45,6 +48,7 @@ impl Recorder {
             slot: None,
             ended: None,
             wake: Arc::default(),
+            too_late: 0,
         }
     }
 
@@ -85,6 +89,10 @@ impl Recorder {
 #[async_trait]
 impl Payload for Recorder {
     async fn start(&mut self, lease: &Lease, slot: usize, deadline: Duration) -> Result<(), StartError> {
+        if self.too_late > 0 {
+            self.too_late -= 1;
+            return Err(StartError::TooLate);
+        }
         let at = self.clock.now();
         self.started = Some(at);
         self.slot = Some(slot);
