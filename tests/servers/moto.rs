@@ -155,23 +155,47 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
     /// Stop the server (its objects live on only in the recording); its port refuses
     /// connections, and open ones are cut.
     pub fn stop(&self) {
-        self.gate.close();
-        self.server.stop()
+        self.close_gate();
+        self.stop_process()
     }
 
     /// Start the stopped server again on the same port, and replay the recording into it.
     pub fn start_again(&self) {
-        assert!(!self.iam, "a server with IAM checks cannot be restarted (the replay would make new keys)");
+        self.start_again_with(|moto| {
+            moto.drop_reads_from_the_recording();
+            // Sent to moto's own port, the replay goes there too.
+            let (status, body) =
+                moto.request("POST", "/moto-api/recorder/replay-recording", "").expect("replay the recording");
+            assert_eq!(status, 200, "replay: {body}");
+        })
+    }
+
+    /// Start the stopped server again on the same port, let `restore` put its data back
+    /// through moto's own port (`inner_port`), then open the gate.
+    pub fn start_again_with(&self, restore: impl FnOnce(&Moto)) {
+        assert!(!self.iam, "a server with IAM checks cannot be restarted (the restore would make new keys)");
         if let Err(why) = self.try_start() {
             panic!("moto_server does not start again: {why}");
         }
-        self.drop_reads_from_the_recording();
-        // Sent to moto's own port, the replay goes there too.
-        let (status, body) =
-            self.request("POST", "/moto-api/recorder/replay-recording", "").expect("replay the recording");
-        assert_eq!(status, 200, "replay: {body}");
-        let inner = self.inner_port.load(Ordering::SeqCst);
+        restore(self);
+        let inner = self.inner_port();
         self.gate.open(self.port(), inner).unwrap_or_else(|e| panic!("cannot listen on the public port again: {e}"));
+    }
+
+    /// Close the public port and cut the connections through it: no client reaches moto until
+    /// `start_again`. moto itself still serves on `inner_port`.
+    pub fn close_gate(&self) {
+        self.gate.close();
+    }
+
+    /// Stop moto's process (after `close_gate`; SIGTERM, or reap one already SIGKILLed).
+    pub fn stop_process(&self) {
+        self.server.stop()
+    }
+
+    /// moto's own port, behind the gate.
+    pub fn inner_port(&self) -> u16 {
+        self.inner_port.load(Ordering::SeqCst)
     }
 
     /// Keep only the requests that may change an object: reads change nothing, and a long
