@@ -9,7 +9,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("128+n", "The child was killed by signal n (a SIGKILLed child gives 137), or leaderrun itself got signal n while still waiting for the lease."),
     ("0 (-E)", "Another holder has the lease (one-shot), or --wait --timeout ran out. Change it with -E/--conflict-exit-code."),
     ("2", "Bad usage or configuration; one line names the flag or the rule. Nothing was written to the store."),
-    ("69", "The store could not be reached, opened or used before the child started (a one-shot run retries a store that fails for a moment for up to 5s, or --timeout, first)."),
+    ("69", "The store could not be reached, opened or used before the child started (a one-shot run retries a store that fails for a moment for up to 5s, or --timeout, first), or every lease won ran out before the child could start (this host frozen or starved for longer than --ttl)."),
     ("70", "Internal error: the watchdog could not be started (the child was not started either), or leaderrun's own output could not be written."),
     ("75", "The lease was lost while the child ran (taken by another holder, force-released, or not renewed in time); the child was stopped."),
     ("124", "The child ran for --max-runtime and was stopped (--signal, then SIGKILL after --kill-after), as timeout(1) reports it."),
