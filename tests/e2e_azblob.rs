@@ -1,9 +1,9 @@
 //! End-to-end tests of the `leaderrun` binary against Azurite (one server per test): the shared
 //! suite (tests/e2e/), where the Azure CLI's AZURE_STORAGE_CONNECTION_STRING finds the server,
 //! and what only this store has: a --ttl outside Azure's 15-60 s refused before anything
-//! connects, a missing container named (exit 69), a killed holder replaced with a ttl Azure
-//! takes, and -vvv that shows neither the key nor a SAS. (The shared outage test runs as it is:
-//! its ttl, the server's `outage_ttl`, is 15 s, which Azure takes.)
+//! connects, a missing container named (exit 69), and -vvv that shows neither the key nor a
+//! SAS. The shared tests' short leases are 15 s here (`TestServer::short_ttl`), the shortest
+//! Azure keeps.
 //!
 //! Fencing tokens follow the server's clock (seconds × 1,000,000), so they increase but do not
 //! start at 1.
@@ -14,15 +14,10 @@ mod servers;
 
 use common::*;
 use e2e::Tokens;
-use nix::sys::signal::Signal;
 use servers::azurite::{connection_string, Azurite, KEY};
 use servers::TestServer;
 
 e2e_suite!(Azurite, tokens: Tokens::Rising, except {
-    a_killed_holder_is_replaced: "its --ttl 3s is shorter than any lease Azure keeps (15 s): this file's own \
-        test of the same name runs with --ttl 15s",
-    an_outage_longer_than_the_lease_stops_the_child: "its --ttl 3s is shorter than any lease Azure keeps \
-        (15 s); the conformance suite's revoke test and the fault run cover a lease lost under its child",
     runs_over_mutual_tls: "Azurite is plain HTTP here",
 });
 
@@ -73,33 +68,6 @@ fn a_missing_container_exits_69_naming_it() {
         assert!(!err.contains(KEY), "{err:?}");
     }
     assert!(!sb.exists("ran"));
-}
-
-/// The shared suite's test of the same name, with a ttl Azure keeps: a holder killed with
-/// SIGKILL is replaced once its lease has lapsed on the server, and the children never overlap.
-#[test]
-fn a_killed_holder_is_replaced() {
-    let server = Azurite::start();
-    let sb = sandbox(&server);
-    let url = server.url();
-    let script = r#"exec 9>>"$D/flock"; flock -n 9 || echo "OVERLAP" >> "$D/events"
-echo $$ > "$D/child-$LEADERRUN_FENCING_TOKEN.pid"
-echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"; exec sleep 1000"#;
-    let args = ["--lock", "worker", "--wait", "--ttl", "15s", "--", "sh", "-c", script];
-    let first = sb.spawn("first", sb.at(&url, &args));
-    wait_for(|| sb.lines("events").len() == 1, SOON, "the first child");
-    let mut standby = sb.spawn("standby", sb.at(&url, &args));
-    first.signal(Signal::SIGKILL);
-    wait_for(|| sb.lines("events").len() == 2, WITHIN_A_LEASE * 2, "the standby's child");
-    let events = sb.lines("events");
-    assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children at once: {events:?}");
-    let tokens: Vec<u64> = events.iter().filter_map(|l| l.strip_prefix("start ")?.parse().ok()).collect();
-    Tokens::Rising.check(&tokens);
-    let first_child: i32 = sb.read(&format!("child-{}.pid", tokens[0])).trim().parse().expect("a pid");
-    assert!(!pid_alive(first_child), "the killed holder's child must be dead");
-    standby.signal(Signal::SIGTERM);
-    assert_eq!(standby.wait_code(SOON), 128 + 15, "stderr {:?}", standby.stderr());
-    sb.wait_no_processes_left(SOON);
 }
 
 /// -vvv with a SAS token: neither its signature nor the rest of it shows.

@@ -70,6 +70,22 @@ impl<S: TestServer> Fixture<S> {
         self.server.url()
     }
 
+    /// The timing flags of a short lease (the server's `short_ttl`), renewed and stopped a
+    /// sixth of it apart: `--ttl 3s --renew-every 500ms --kill-after 500ms` on most stores.
+    pub fn short_timing(&self) -> Vec<String> {
+        let ttl = self.server.short_ttl();
+        let sixth = format!("{}ms", (ttl / 6).as_millis());
+        [
+            "--ttl".into(),
+            format!("{}ms", ttl.as_millis()),
+            "--renew-every".into(),
+            sixth.clone(),
+            "--kill-after".into(),
+            sixth,
+        ]
+        .into()
+    }
+
     /// `leaderrun [SUB] --store URL ARGS...` in the sandbox.
     pub fn at(&self, args: &[&str]) -> Command {
         self.sb.at(&self.url(), args)
@@ -150,14 +166,16 @@ pub fn a_killed_holder_is_replaced<S: TestServer>(tokens: Tokens) {
     let script = r#"exec 9>>"$D/flock"; flock -n 9 || echo "OVERLAP" >> "$D/events"
 echo $$ > "$D/child-$LEADERRUN_FENCING_TOKEN.pid"
 echo "start $LEADERRUN_FENCING_TOKEN" >> "$D/events"; exec sleep 1000"#;
-    let timing = ["--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"];
+    let timing = f.short_timing();
+    let timing: Vec<&str> = timing.iter().map(String::as_str).collect();
     let args = [&["--lock", "worker", "--wait"][..], &timing, &["--", "sh", "-c", script]].concat();
     let first = f.sb.spawn("first", f.at(&args));
     wait_for(|| f.sb.lines("events").len() == 1, SOON, "the first child");
     let mut standby = f.sb.spawn("standby", f.at(&args));
 
     first.signal(Signal::SIGKILL);
-    wait_for(|| f.sb.lines("events").len() == 2, WITHIN_A_LEASE, "the standby's child");
+    let lapsed = WITHIN_A_LEASE + f.server.short_ttl() * 2;
+    wait_for(|| f.sb.lines("events").len() == 2, lapsed, "the standby's child");
     let events = f.sb.lines("events");
     assert!(!events.iter().any(|l| l.starts_with("OVERLAP")), "two children at once: {events:?}");
     let tokens: Vec<u64> = events.iter().filter_map(|l| l.strip_prefix("start ")?.parse().ok()).collect();
@@ -219,12 +237,18 @@ pub fn a_holder_rides_out_a_short_outage<S: TestServer>(tokens: Tokens) {
 /// the next token.
 pub fn an_outage_longer_than_the_lease_stops_the_child<S: TestServer>(tokens: Tokens) {
     let f = Fixture::<S>::start(tokens);
-    let (mut holder, child) = holder(&f, "worker", &["--ttl", "3s", "--renew-every", "500ms", "--kill-after", "500ms"]);
+    let timing = f.short_timing();
+    let (mut holder, child) = holder(&f, "worker", &timing.iter().map(String::as_str).collect::<Vec<_>>());
     let (_, before) = f.status("worker");
     let before = before["fencing_token"].as_u64().expect("a token");
 
     f.server.stop();
-    assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "lease lost while the child ran; stderr {:?}", holder.stderr());
+    assert_eq!(
+        holder.wait_code(WITHIN_A_LEASE + f.server.short_ttl()),
+        75,
+        "lease lost while the child ran; stderr {:?}",
+        holder.stderr()
+    );
     assert!(!pid_alive(child), "the child must be stopped when the lease cannot be renewed");
     f.assert_no_secret(&holder.stderr(), "the holder's stderr");
 

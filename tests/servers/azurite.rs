@@ -193,6 +193,11 @@ impl Azurite {
 }
 
 impl TestServer for Azurite {
+    /// Azure keeps no lease shorter than 15 s.
+    fn short_ttl(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+
     fn start() -> Self {
         Azurite::start()
     }

@@ -76,6 +76,12 @@ pub trait TestServer: Send + Sync {
         self.start_again();
     }
 
+    /// The shortest lease the shared tests ask for (`Fixture::short_timing`): 3 s, or the
+    /// shortest the store keeps where that is longer (Azure: 15 s).
+    fn short_ttl(&self) -> Duration {
+        Duration::from_secs(3)
+    }
+
     /// A lease long enough to ride out `outage`, the server's own restart included: a JVM
     /// that starts again on a busy machine can take ten seconds before it answers.
     fn outage_ttl(&self) -> Duration {
