@@ -163,8 +163,8 @@ impl Elector {
 
     /// Campaign, then run the payload while leading.
     pub async fn run(mut self, payload: &mut dyn Payload) -> Outcome {
-        self.observer.event(&Event::Campaigning { lock: &self.election.lock });
         loop {
+            self.observer.event(&Event::Campaigning { lock: &self.election.lock });
             let won = match self.campaign().await {
                 Ok(won) => won,
                 Err(outcome) => return outcome,
