@@ -11,12 +11,13 @@ import time
 from .probe import ProbeLog, probe_argv, why_not
 from .procs import Procs, children_of, cmdline, pid_alive
 from .stats import fmt, lock_name, md_table, ms, parse_seconds, pct, say, slug
-from .stores import Contender, Session
+from .stores import Contender, Session, store_cfg
 
 
 def fig_failover(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict:
     """kill -9 of the holder's wrapper; time until the --wait peer's child STARTs, and
     until the old child logged STOP / its pid was gone, all from the kill."""
+    cfg = store_cfg(cfg, c.store)
     ttl, renew, kill_after = cfg["failover_ttl"], cfg["failover_renew"], cfg["failover_kill_after"]
     flags = ["--ttl", ttl, "--renew-every", renew, "--kill-after", kill_after]
     d = session.dir / f"failover-{slug(c.label)}"
@@ -33,8 +34,8 @@ def fig_failover(session: Session, c: Contender, cfg: dict, procs_mark: str) -> 
                     failures.append(f"rep {r}: the holder's child never started: " + why_not(holder, d / "stderr.log"))
                     break
                 waiter = procs.spawn(c.command(session, lock, probe_argv(log, lockfile, "W"), True, flags), stderr=errf)
-                # Let a few renewals happen, and kill at a random phase of the renewal cycle.
-                time.sleep(1.0 + rng.uniform(0, 0.5))
+                # Let two renewals happen, and kill at a random phase of the third renewal cycle.
+                time.sleep(2 * parse_seconds(renew) + rng.uniform(0, parse_seconds(renew)))
                 kids = [k for k in children_of(holder.pid) if "__watchdog" not in cmdline(k)]
                 child_pid = kids[0] if len(kids) == 1 else None
                 t_kill = time.monotonic_ns()

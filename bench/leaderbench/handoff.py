@@ -117,7 +117,15 @@ def fig_herd(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict
         after = count_requests(d / "stderr.log") if c.is_leaderrun else Counter()
         if len(probes.start) < n + 1:
             failure = f"{len(probes.start) - 1} of {n} waiters ran"
-        bad_exits = sum(1 for w in waiters if w.wait(30) != 0)
+        # Waiters still running 30 s after that are stopped and counted here (the failure says
+        # how many ran): a timeout must not throw away the handoffs that were measured.
+        bad_exits, patience = 0, time.monotonic() + 30
+        for w in waiters:
+            try:
+                code = w.wait(max(0.1, patience - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                code = Procs.terminate(w)  # by a signal: non-zero
+            bad_exits += code != 0
     events = sorted([(t, "STOP") for t in probes.stop.values()] + [(t, "START") for t in probes.start.values()])
     gaps, last_stop = [], None
     for t, kind in events:

@@ -8,11 +8,12 @@ from .build import PROBE
 from .probe import ProbeLog, probe_argv, why_not
 from .procs import Procs, children_of, cmdline, status_kib
 from .stats import lock_name, ms, parse_seconds, slug
-from .stores import Contender, Session
+from .stores import Contender, Session, store_cfg
 
 
 def fig_memory(session: Session, c: Contender, cfg: dict, procs_mark: str) -> dict:
     """VmHWM of the holding wrapper and its watchdog after a few renewals, and of a standby."""
+    cfg = store_cfg(cfg, c.store)
     ttl, renew = cfg["memory_ttl"], cfg["memory_renew"]
     flags = ["--ttl", ttl, "--renew-every", renew, "--kill-after", "1s"]
     d = session.dir / f"memory-{slug(c.label)}"
@@ -35,7 +36,9 @@ def fig_memory(session: Session, c: Contender, cfg: dict, procs_mark: str) -> di
             "label": c.label,
             "held_for_s": held_for,
             "renewals": int(held_for / parse_seconds(renew)),
+            "ttl": ttl,
             "renew_every": renew,
+            "sampled_after_s": cfg["memory_after"],
             "wrapper_hwm_kib": status_kib(holder.pid, "VmHWM"),
             "wrapper_rss_kib": status_kib(holder.pid, "VmRSS"),
             "watchdog_hwm_kib": status_kib(watchdog, "VmHWM") if watchdog else None,

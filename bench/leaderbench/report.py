@@ -151,6 +151,11 @@ def store_sections(results: dict, cfg: dict) -> list:
               "Takeover: until the `--wait` peer's child STARTs. Old child: until the killed holder's child logged "
               "STOP (its watchdog's stop signal) and until its pid was gone (polled every ~1 ms). All from the kill.", ""]
     parts += [failover_table(results["failover"]), ""]
+    own = [r["label"] for r in results["failover"] if "ttl" in r and (r["ttl"], r["renew_every"], r["kill_after"]) !=
+           (cfg["failover_ttl"], cfg["failover_renew"], cfg["failover_kill_after"])]
+    if own:
+        parts += ["Timings of their own (the ttl / renew / kill-after column), where the store's leases cannot be "
+                  "that short: " + ", ".join(own) + ".", ""]
 
     parts += ["## 4. Store requests of an idle standby", "",
               "One holder with a long child and one `--wait -vvv` standby (default timings); the standby's "
@@ -181,6 +186,13 @@ def store_sections(results: dict, cfg: dict) -> list:
                      f"{mib(r['watchdog_hwm_kib'])} ({mib(r['watchdog_rss_kib'])})",
                      f"{mib(r['standby_hwm_kib'])} ({mib(r['standby_rss_kib'])})", r["renewals"]])
     parts += [md_table(["row", "wrapper MiB", "watchdog MiB", "standby wrapper MiB", "renewals before sampling"], rows), ""]
+    # A store whose leases cannot be that short ran with its own timings (stores.STORE_TIMINGS).
+    own = [f"{r['label']}: `--ttl {r['ttl']} --renew-every {r['renew_every']}`, sampled {r['sampled_after_s']:g} s "
+           "after the child started" for r in results["memory"]
+           if "ttl" in r and (r["ttl"], r["renew_every"], r["sampled_after_s"]) !=
+           (cfg["memory_ttl"], cfg["memory_renew"], cfg["memory_after"])]
+    if own:
+        parts += ["Timings of their own, where the store's leases cannot be that short: " + "; ".join(own) + ".", ""]
 
     parts += ["## 6. What the child sees, next to `etcdctl lock`", "",
               "A one-shot run whose child exits 7: the wrapper's exit status. Then a holder whose etcd lease "
