@@ -317,15 +317,15 @@ pub trait Store: Send + Sync {
     }
 }
 
-/// `changed` for stores without change notification: re-read the lock every `every`
-/// (±50% jitter, so that many waiters do not read in step) until it looks free or
-/// `max_wait` has passed. A read is cheap; only a lock that looks free is worth an
-/// acquire, which is a write.
+/// `changed` for stores without change notification: re-read the lock every `every` to
+/// 1.5 × `every` (jittered, so that many waiters do not read in step, and never more than one
+/// read per `every`, as the client-timed stores poll) until it looks free or `max_wait` has
+/// passed. A read is cheap; only a lock that looks free is worth an acquire, which is a write.
 pub async fn poll_until_free<S: Store + ?Sized>(store: &S, lock: &str, max_wait: Duration, every: Duration) {
     use rand::Rng;
     let started = tokio::time::Instant::now();
     loop {
-        let jittered = every.mul_f64(rand::rng().random_range(0.5..1.5));
+        let jittered = every.mul_f64(rand::rng().random_range(1.0..1.5));
         tokio::time::sleep(jittered.min(max_wait.saturating_sub(started.elapsed()))).await;
         if started.elapsed() >= max_wait {
             return;

@@ -72,7 +72,7 @@ pub use target::{schema_sql, table_of, Target};
 pub const DEFAULT_TABLE: &str = "leaderrun_locks";
 
 /// How often a waiter that holds the user lock, while someone else holds the lease without
-/// it, re-reads the lock (±50 % jitter): it is the only one re-reading, the others stay
+/// it, re-reads the lock (every 1 to 1.5 s): it is the only one re-reading, the others stay
 /// blocked behind its user lock.
 const POLL: Duration = Duration::from_secs(1);
 
