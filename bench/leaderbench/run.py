@@ -19,7 +19,7 @@ from .memory import fig_memory
 from .overhead import fig_overhead
 from .procs import MARK, Procs
 from .standby import fig_standby
-from .stores import FIGURES, FRESH_SERVER_PER_FIGURE, Store, contenders, open_session, stores
+from .stores import FIGURES, Store, contenders, open_session, stores
 from .stats import redact, say
 
 
@@ -35,17 +35,8 @@ def run_all(cfg: dict, only: Optional[set], tmp: Path, singles: bool = True, clu
         t = time.monotonic()
         say(f"[{store.name}] starting")
 
-        figures_run = 0
-
         def attempt(figure: str, label: str, run: Callable[[], dict]) -> None:
-            nonlocal session, secret, figures_run
             try:
-                if store.name in FRESH_SERVER_PER_FIGURE and figures_run:
-                    say(f"[{store.name}] a new server for {figure}")
-                    session.close()
-                    session = open_session(store, tmp, f"{store.name}-{figures_run}-{figure}")
-                    secret = session.info.get("secret")
-                figures_run += 1
                 results[figure].append(redact(run(), secret))
             except Exception as err:  # report it as a row, go on with the rest
                 say(f"[{store.name}] {figure} {label}: FAILED: {redact(repr(err), secret)}")

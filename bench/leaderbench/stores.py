@@ -90,15 +90,6 @@ STORE_TIMINGS: dict[str, dict] = {
 }
 
 
-# Stores whose test server is started again, a new process, for each figure after the first.
-# moto's DynamoDB is reached through the tests' TCP gate (tests/servers/moto.rs), which keeps
-# both ends of every connection it passed on until the gate closes, and every DynamoDB request
-# is a connection of its own: leaderrun-serve's 20,000 descriptors (its RLIMIT_NOFILE here) ran
-# out after some 10,000 requests, in section 2b, and the gate stopped accepting ("Too many open
-# files" in serve.log; every later request refused).
-FRESH_SERVER_PER_FIGURE = {"dynamodb"}
-
-
 def store_cfg(cfg: dict, store: str) -> dict:
     """`cfg` with `store`'s own timings (STORE_TIMINGS) in place of the bench's."""
     return dict(cfg, **STORE_TIMINGS.get(store, {}))

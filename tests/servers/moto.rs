@@ -18,12 +18,13 @@
 //! The binary: `$MOTO_SERVER`, else `moto_server` on PATH, else the one in
 //! ~/.cache/leaderrun-test-tools/venv.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -279,9 +280,14 @@ struct Gate {
     /// Set to close: the accepting thread sees it and drops the listener (one per opening).
     closing: Mutex<Arc<AtomicBool>>,
     accepting: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Both ends of every connection passed on, to cut them when closing.
-    streams: Arc<Mutex<Vec<TcpStream>>>,
+    /// Both ends of every connection passed on and not yet ended, by number, to cut them when
+    /// closing. An ended one is forgotten: a long run passes on tens of thousands, and two
+    /// descriptors kept for each ran the server's process out of them.
+    streams: Arc<Mutex<HashMap<u64, [TcpStream; 2]>>>,
 }
+
+/// Numbers the connections a gate passes on.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
 impl Gate {
     fn open(&self, public: u16, inner: u16) -> std::io::Result<()> {
@@ -297,15 +303,23 @@ impl Gate {
                 };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", inner)) else { continue };
                 let _ = client.set_nonblocking(false);
+                let Ok(ends) = client.try_clone().and_then(|c| Ok([c, server.try_clone()?])) else { continue };
+                let id = CONNECTIONS.fetch_add(1, Ordering::SeqCst);
+                streams.lock().unwrap().insert(id, ends);
+                let open = Arc::new(AtomicUsize::new(2));
                 let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    let (streams, open) = (streams.clone(), open.clone());
                     std::thread::spawn(move || {
                         let _ = std::io::copy(&mut from, &mut to);
                         let _ = to.shutdown(Shutdown::Write);
+                        // The second direction to end forgets the connection.
+                        if open.fetch_sub(1, Ordering::SeqCst) == 1 {
+                            streams.lock().unwrap().remove(&id);
+                        }
                     });
                 };
-                if let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) {
-                    streams.lock().unwrap().extend([c2, s2]);
-                    pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
+                    pipe(c, s);
                     pipe(server, client);
                 }
             }
@@ -320,7 +334,7 @@ impl Gate {
         if let Some(accepting) = self.accepting.lock().unwrap().take() {
             let _ = accepting.join();
         }
-        for stream in self.streams.lock().unwrap().drain(..) {
+        for stream in self.streams.lock().unwrap().drain().flat_map(|(_, ends)| ends) {
             let _ = stream.shutdown(Shutdown::Both);
         }
     }
