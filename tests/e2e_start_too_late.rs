@@ -28,12 +28,7 @@ fn stalled(sb: &Sandbox, cmd: Command) -> Command {
     traced.args(["-e", "trace=mkdir,mkdirat,kill"]);
     traced.args(["-e", "inject=mkdir,mkdirat:delay_enter=3s", "-e", "inject=kill:delay_enter=2s"]);
     traced.arg(cmd.get_program()).args(cmd.get_args());
-    for (name, value) in cmd.get_envs() {
-        match value {
-            Some(value) => traced.env(name, value),
-            None => traced.env_remove(name),
-        };
-    }
+    copy_env(&cmd, &mut traced);
     traced.stdin(std::process::Stdio::null());
     traced
 }

@@ -115,12 +115,7 @@ impl Sandbox {
         let mut cmd = self.bare();
         let mut unprivileged = Command::new(&copy);
         unprivileged.args(cmd.get_args());
-        for (name, value) in cmd.get_envs() {
-            match value {
-                Some(value) => unprivileged.env(name, value),
-                None => unprivileged.env_remove(name),
-            };
-        }
+        copy_env(&cmd, &mut unprivileged);
         cmd = unprivileged;
         cmd.stdin(Stdio::null()).current_dir(self.path()).uid(65534).gid(65534);
         cmd
@@ -292,5 +287,16 @@ fn kill_marked(dir: &Path) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `cmd`'s changes to the environment (variables set and removed) made on `into` too: for a
+/// command rewritten to run as another program, or through one.
+pub fn copy_env(cmd: &Command, into: &mut Command) {
+    for (name, value) in cmd.get_envs() {
+        match value {
+            Some(value) => into.env(name, value),
+            None => into.env_remove(name),
+        };
     }
 }
