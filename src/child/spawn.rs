@@ -12,7 +12,8 @@
 //! allocation, no locks. What std's spawn does there, it does too: the signal mask emptied,
 //! SIGPIPE back to its default (Rust ignores it), a process group of its own; and it makes
 //! the same calls the supervisor's other path makes (tell the watchdog its group, check that
-//! the lease's stop time has not passed, take the terminal). An exec failure comes back as an errno over a close-on-exec pipe.
+//! the lease's stop time has not passed, take the terminal). An exec failure comes back as an
+//! errno over a close-on-exec pipe.
 //!
 //! Where `clone3` is refused (an older kernel, a seccomp profile answering ENOSYS or
 //! EPERM), `spawn` says so and the supervisor falls back to std's spawn and the move.
