@@ -123,14 +123,14 @@ fn parse_args() -> Result<Config, String> {
             "--cluster" => c.cluster = true,
             "--store" => {
                 c.store = Kind::parse(&it.next().ok_or(
-                    "--store needs a store name (sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, kubernetes, s3, dynamodb, gcs, datastore)",
+                    "--store needs a store name (sqlite, postgres, mariadb, redis, etcd, nats, zookeeper, kubernetes, s3, dynamodb, gcs, datastore, azblob)",
                 )?)?
             }
             "-h" | "--help" => {
                 println!(
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
-                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|dynamodb|gcs|datastore] \
+                     [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|dynamodb|gcs|datastore|azblob] \
                      [--cluster (etcd, nats, zookeeper: 3 nodes)] [--slots N (contenders: N + 2 by default)]"
                 );
                 std::process::exit(0);

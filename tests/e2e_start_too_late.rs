@@ -63,8 +63,20 @@ fn a_run_stalled_past_its_lease_before_its_child_starts_never_starts_it() {
         LONG,
         "the traced run and its watchdog",
     );
+    // Frozen for sure before the run goes on: a SIGSTOP that strace's handling of a new tracee
+    // swallowed is sent again (stopped shows as T, or t under strace).
     let watchdog = Pid::from_raw(watchdog.unwrap());
-    kill(watchdog, Signal::SIGSTOP).expect("freeze the watchdog");
+    wait_for(
+        || {
+            let frozen = matches!(proc_state(watchdog.as_raw()), Some('T' | 't'));
+            if !frozen {
+                kill(watchdog, Signal::SIGSTOP).expect("freeze the watchdog");
+            }
+            frozen
+        },
+        LONG,
+        "the watchdog to stop",
+    );
 
     // Once it holds the lock, a standby waits for it; the stalled run never renews, so the
     // standby takes the lock when its lease lapses, and runs.
@@ -77,9 +89,10 @@ fn a_run_stalled_past_its_lease_before_its_child_starts_never_starts_it() {
 
     let _ = kill(watchdog, Signal::SIGCONT);
     let code = stalled_run.wait_code(LONG);
-    let err = stalled_run.stderr();
+    // What the traced run did, to tell a failure here from a flaw of the test's own.
+    let err = format!("{}\n--- strace:\n{}", stalled_run.stderr(), sb.lines("strace.log").join("\n"));
+    assert_eq!(sb.lines("ran"), ["standby 2"], "only the standby's child ran, under the newer token: {err}");
     assert!(err.contains("the lease ran out before the child could start"), "{err}");
     // Given back, it found the standby holding the lock (1), or ran out of its retries (69).
     assert!([1, 69].contains(&code), "exit {code}: {err}");
-    assert_eq!(sb.lines("ran"), ["standby 2"], "only the standby's child ran, under the newer token");
 }

@@ -12,8 +12,9 @@
 //! allocation, no locks. What std's spawn does there, it does too: the signal mask emptied,
 //! SIGPIPE back to its default (Rust ignores it), a process group of its own; and it makes
 //! the same calls the supervisor's other path makes (tell the watchdog its group, check that
-//! the lease's stop time has not passed, take the terminal). An exec failure comes back as an
-//! errno over a close-on-exec pipe.
+//! the lease's stop time has not passed, take the terminal). Over a close-on-exec pipe it
+//! writes a mark just before its exec, and an errno if something failed: no mark at all
+//! means it was killed before its program ran.
 //!
 //! Where `clone3` is refused (an older kernel, a seccomp profile answering ENOSYS or
 //! EPERM), `spawn` says so and the supervisor falls back to std's spawn and the move.
@@ -142,18 +143,70 @@ pub fn spawn_into(
     drop(failed_write);
     // SAFETY: CLONE_PIDFD stored a new descriptor owned by nobody else.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    let mut errno = [0u8; 4];
+    // The mark (one byte, just before exec), then an errno (4 bytes) if something failed.
+    let mut report = [0u8; 5];
     let mut file = std::fs::File::from(failed_read);
-    match read_full(&mut file, &mut errno) {
-        // The pipe closed on exec: the program runs.
-        Ok(0) => Ok(Started { pid: pid as u32, pidfd }),
-        Ok(_) => {
-            let err = io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+    match read_full(&mut file, &mut report).map_err(NotStarted::Other)? {
+        // The mark, and the pipe closed on exec: the program runs.
+        1 => Ok(Started { pid: pid as u32, pidfd }),
+        // Closed with no mark: the process died (SIGKILLed: the watchdog, past the
+        // deadline) before its program could run. Reap it so no zombie is left.
+        0 => {
+            let _ = reap_now(&pidfd);
+            Err(NotStarted::Exec(io::Error::other(KilledBeforeExec)))
+        }
+        n => {
+            let errno = <[u8; 4]>::try_from(&report[n.saturating_sub(4)..n]).unwrap_or_default();
             // The process exits at once (127); reap it so no zombie is left.
             let _ = reap_now(&pidfd);
-            Err(NotStarted::Exec(err))
+            Err(NotStarted::Exec(io::Error::from_raw_os_error(i32::from_ne_bytes(errno))))
         }
-        Err(err) => Err(NotStarted::Other(err)),
+    }
+}
+
+/// The new process died before its program's exec (killed: nothing else ends it there), so
+/// its program never ran. A pipe that closes with no error on it cannot tell this from an
+/// exec, hence the mark the new process writes just before its exec.
+#[derive(Debug, thiserror::Error)]
+#[error("the child was killed before its program could run")]
+pub struct KilledBeforeExec;
+
+/// Whether `err` says the new process was killed before its program ran.
+pub fn killed_before_exec(err: &io::Error) -> bool {
+    err.get_ref().is_some_and(|inner| inner.is::<KilledBeforeExec>())
+}
+
+/// The mark for std's spawn, which has its own error pipe: a close-on-exec pipe that the new
+/// process writes one byte to, last before its exec (`write_end`, in a `pre_exec`).
+pub struct ExecMark {
+    read: std::fs::File,
+    write: OwnedFd,
+}
+
+impl ExecMark {
+    pub fn new() -> io::Result<Self> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        Ok(Self { read: read.into(), write })
+    }
+
+    pub fn write_end(&self) -> RawFd {
+        self.write.as_raw_fd()
+    }
+
+    /// In the new process, last before its exec: one write(2).
+    pub fn mark(fd: RawFd) -> io::Result<()> {
+        // SAFETY: writes one byte from a valid buffer; async-signal-safe.
+        match unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) } {
+            1 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
+    /// Once std's spawn returned the process: whether it reached its exec (the mark came).
+    pub fn reached_exec(self) -> io::Result<bool> {
+        let Self { mut read, write } = self;
+        drop(write);
+        Ok(read_full(&mut read, &mut [0u8; 1])? == 1)
     }
 }
 
@@ -204,6 +257,7 @@ unsafe fn child_execs(
         let _ = super::terminal::take_foreground();
     }
     if ok {
+        libc::write(failed, [1u8].as_ptr().cast(), 1);
         libc::execve(exec.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
     }
     let errno = *libc::__errno_location();

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use super::cgroup::{self, Cgroup};
 use super::command::CommandSpec;
 use super::group::ProcessGroup;
-use super::spawn::{self, Exec, NotStarted};
+use super::spawn::{self, Exec, ExecMark, NotStarted};
 use super::terminal;
 use super::tree::ChildTree;
 use super::watchdog::{self, Watchdog};
@@ -158,7 +158,7 @@ impl Supervisor {
 
     /// The child started by std's spawn (tokio's), moving itself into the cgroup whose
     /// `cgroup.procs` is open on `procs` before its program runs.
-    fn std_spawn(
+    async fn std_spawn(
         &self,
         lease: &Lease,
         procs: Option<RawFd>,
@@ -208,7 +208,19 @@ impl Supervisor {
                 });
             }
         }
-        command.spawn().map(ChildProcess::Std)
+        // The very last: the mark that tells an exec from a death before it (see spawn.rs).
+        let mark = ExecMark::new()?;
+        let mark_fd = mark.write_end();
+        // SAFETY: runs between fork and exec; ExecMark::mark makes one write(2).
+        unsafe {
+            command.pre_exec(move || ExecMark::mark(mark_fd));
+        }
+        let mut child = command.spawn()?;
+        if mark.reached_exec()? {
+            return Ok(ChildProcess::Std(child));
+        }
+        let _ = child.wait().await;
+        Err(std::io::Error::other(spawn::KilledBeforeExec))
     }
 }
 
@@ -300,7 +312,7 @@ impl Payload for Supervisor {
             Err(Some(err)) => Err(err),
             Err(None) => {
                 let procs = cgroup.as_ref().map(|(_, procs)| procs.as_raw_fd());
-                self.std_spawn(lease, procs, announce, terminal, start_by)
+                self.std_spawn(lease, procs, announce, terminal, start_by).await
             }
         };
         let cgroup = cgroup.map(|(cgroup, _procs)| cgroup);
@@ -312,6 +324,9 @@ impl Payload for Supervisor {
                 let shown = self.command.program.to_string_lossy().into_owned();
                 return Err(match err.kind() {
                     _ if err.raw_os_error() == Some(libc::ETIMEDOUT) => StartError::TooLate,
+                    // The watchdog kills a child that announces itself past the deadline.
+                    _ if spawn::killed_before_exec(&err) && !spawn::in_time(start_by) => StartError::TooLate,
+                    _ if spawn::killed_before_exec(&err) => StartError::Internal(err.to_string()),
                     std::io::ErrorKind::NotFound => StartError::NotFound(shown),
                     _ => StartError::NotExecutable(shown, err.to_string()),
                 });
