@@ -257,7 +257,7 @@ unsafe fn child_execs(
         let _ = super::terminal::take_foreground();
     }
     if ok {
-        libc::write(failed, [1u8].as_ptr().cast(), 1);
+        let _ = ExecMark::mark(failed);
         libc::execve(exec.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
     }
     let errno = *libc::__errno_location();

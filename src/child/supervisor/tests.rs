@@ -82,7 +82,8 @@ fn full_pipe() -> (OwnedFd, OwnedFd) {
 }
 
 /// SIGKILL, once it shows up (within a minute), this process's child that holds `fd` (the
-/// same pipe as ours).
+/// same pipe as ours) and is blocked writing to it (/proc/PID/syscall). Every child forked
+/// meanwhile by the other tests here holds `fd` too until its exec; only ours blocks on it.
 fn kill_the_child_holding(fd: RawFd) -> std::thread::JoinHandle<()> {
     let ours = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
     std::thread::spawn(move || {
@@ -93,7 +94,9 @@ fn kill_the_child_holding(fd: RawFd) -> std::thread::JoinHandle<()> {
                 list.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok()).collect::<Vec<_>>()
             });
             for pid in children.collect::<Vec<_>>() {
-                if std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|theirs| theirs == ours) {
+                let blocked = std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+                    .is_ok_and(|call| call.starts_with(&format!("{} {:#x} ", libc::SYS_write, fd)));
+                if blocked && std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|theirs| theirs == ours) {
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
                     return;
                 }
