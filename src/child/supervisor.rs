@@ -325,8 +325,10 @@ impl Payload for Supervisor {
                 return Err(match err.kind() {
                     _ if err.raw_os_error() == Some(libc::ETIMEDOUT) => StartError::TooLate,
                     // The watchdog kills a child that announces itself past the deadline.
-                    _ if spawn::killed_before_exec(&err) && !spawn::in_time(start_by) => StartError::TooLate,
-                    _ if spawn::killed_before_exec(&err) => StartError::Internal(err.to_string()),
+                    _ if spawn::killed_before_exec(&err) => match spawn::in_time(start_by) {
+                        false => StartError::TooLate,
+                        true => StartError::Internal(err.to_string()),
+                    },
                     std::io::ErrorKind::NotFound => StartError::NotFound(shown),
                     _ => StartError::NotExecutable(shown, err.to_string()),
                 });
