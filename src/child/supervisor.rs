@@ -29,6 +29,10 @@ use crate::store::Lease;
 /// after that many the child is stopped instead, as when no new one can be started.
 const MAX_REPLACEMENTS: u32 = 3;
 
+/// How long after SIGKILL a tree that is still there is taken to outlive it (a process in
+/// state D), and said so. It is waited for all the same: never released while it lives.
+const OUTLIVES_SIGKILL: Duration = Duration::from_secs(5);
+
 /// Runs the command as the elector's payload.
 pub struct Supervisor {
     command: CommandSpec,
@@ -79,13 +83,26 @@ impl Tree {
         }
     }
 
-    /// Stop signal, then SIGKILL after `kill_after`, then wait (bounded) until it is gone.
+    /// Stop signal, then SIGKILL after `kill_after`, then wait until it is gone, however long
+    /// that takes. A process in uninterruptible sleep (state D: a hung disk or NFS server, a
+    /// frozen file system) dies of SIGKILL only when it wakes; until then it is a live member
+    /// of the tree, and the lease stays held (and renewed) for it: said once, as an error.
     async fn stop(&self, stop: Signal, kill_after: Duration) {
         self.signal(stop);
-        if !self.members.wait_gone(kill_after).await {
-            self.signal(Signal::SIGKILL);
-            self.members.wait_gone(Duration::from_secs(5)).await;
+        if self.members.wait_gone(kill_after).await {
+            return;
         }
+        self.signal(Signal::SIGKILL);
+        if self.members.wait_gone(OUTLIVES_SIGKILL).await {
+            return;
+        }
+        tracing::error!(
+            tree = %self.members,
+            "a process of the child's tree outlives SIGKILL (stuck in uninterruptible sleep?); \
+             the lease stays held until it is gone"
+        );
+        self.members.wait_gone(Duration::MAX).await;
+        tracing::info!(tree = %self.members, "the last process of the child's tree is gone");
     }
 }
 
@@ -292,7 +309,7 @@ impl Payload for Supervisor {
             watchdog.remove_on_stop(path);
         }
         // Counted from now, a moment after the elector's own count began: the elector acts first.
-        let max_runtime_at = self.max_runtime.map(|limit| crate::clock::boottime() + limit);
+        let max_runtime_at = self.max_runtime.map(|limit| crate::clock::boottime().saturating_add(limit));
         if let Some(at) = max_runtime_at {
             watchdog.limit_runtime(at);
         }

@@ -96,14 +96,18 @@ impl ChildTree {
         true
     }
 
-    /// As `wait_gone_blocking`, on tokio's timer.
+    /// As `wait_gone_blocking`, on tokio's timer. The pace slows from 10 ms to a quarter of a
+    /// second: a tree that outlives SIGKILL (state D) may be waited for a long time, and each
+    /// look at a process group alone reads every process's `/proc/PID/stat`.
     pub async fn wait_gone(&self, limit: Duration) -> bool {
         let started = tokio::time::Instant::now();
+        let mut pace = Duration::from_millis(10);
         while self.alive() {
             if started.elapsed() >= limit {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(pace).await;
+            pace = (pace * 2).min(Duration::from_millis(250));
         }
         true
     }

@@ -65,7 +65,8 @@ closed that much longer after its lease ends, room for writes still in flight fr
 release, or the end of a --min-hold keep, opens it at once.",
     "A separate watchdog process enforces the deadline even when leaderrun itself is SIGKILLed, crashes or \
 is SIGSTOPped; if the watchdog dies, leaderrun starts another or stops the child. When the child exits, \
-what is left of its tree is stopped too before the lease is released. Where cgroup v2 is writable (root, \
+what is left of its tree is stopped too before the lease is released; a process that outlives SIGKILL \
+(D state) keeps the lease held and renewed until it is gone. Where cgroup v2 is writable (root, \
 a delegated systemd unit) the tree is the child's own cgroup, which setsid or a double fork cannot leave; \
 elsewhere it is the process group, which they can. A child running as another user (sudo) cannot be \
 signalled without a cgroup; leaderrun says so.",
