@@ -452,9 +452,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if trimmed.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("'{trimmed}' has no unit (write e.g. {trimmed}s or {trimmed}ms)"));
     }
-    humantime::parse_duration(trimmed)
-        .map_err(|e| format!("'{trimmed}' is not a duration ({e}; write e.g. 15s, 1500ms, 2m)"))
+    let duration = humantime::parse_duration(trimmed)
+        .map_err(|e| format!("'{trimmed}' is not a duration ({e}; write e.g. 15s, 1500ms, 2m)"))?;
+    if duration > LONGEST_DURATION {
+        return Err(format!("'{trimmed}' is longer than any duration leaderrun takes (at most 100 years)"));
+    }
+    Ok(duration)
 }
+
+/// Longest duration any flag takes. Each flag has its own, shorter bound where one makes
+/// sense (a day for --ttl, a month for --timeout); this one keeps every sum of a few
+/// durations and a clock reading far from overflowing, for flags without a bound of their own
+/// (--max-runtime) and for sums checked only after them (--ttl + --lock-delay).
+pub const LONGEST_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// HOST:PORT, or :PORT for every interface (as Prometheus' exporters take it).
 fn parse_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {

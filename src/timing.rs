@@ -107,7 +107,7 @@ impl Requested {
     /// --lock-delay. A store that limits its leases is asked whether this fits
     /// (`Store::longest_ttl`).
     pub fn default_store_ttl(&self) -> Duration {
-        self.default_ttl() + self.lock_delay
+        self.default_ttl().saturating_add(self.lock_delay)
     }
 
     /// The timings for a store that keeps leases of at most `longest`; what it must keep is
@@ -118,13 +118,13 @@ impl Requested {
     pub fn fit(&self, longest: Duration) -> Option<Result<Timing, TimingError>> {
         let delay = self.lock_delay;
         if let Some(ttl) = self.ttl {
-            return (!delay.is_zero() && ttl + delay > longest).then(|| {
+            return (!delay.is_zero() && ttl.saturating_add(delay) > longest).then(|| {
                 Err(TimingError(format!(
                     "--ttl {} + --lock-delay {} is a lease of {}, but the store keeps leases of at most {}; \
                      lower --ttl or --lock-delay",
                     show(ttl),
                     show(delay),
-                    show(ttl + delay),
+                    show(ttl.saturating_add(delay)),
                     show(longest)
                 )))
             });
@@ -244,7 +244,7 @@ impl Timing {
                 show(self.ttl)
             ));
         }
-        let needed = self.renew_every + self.kill_after;
+        let needed = self.renew_every.saturating_add(self.kill_after);
         if self.safe_lease() <= needed {
             let given = |v: Option<Duration>| if v.is_some() { "" } else { ", the default" };
             let skew = if self.server_skew.is_zero() {
@@ -272,7 +272,7 @@ impl Timing {
     /// lost uncleanly has its child stopped by the timing rule for `ttl` while no standby may
     /// take the lock before `lock_delay` after its lease ends. A release frees it at once.
     pub fn store_ttl(&self) -> Duration {
-        self.ttl + self.lock_delay
+        self.ttl.saturating_add(self.lock_delay)
     }
 
     /// How long after a request was SENT its confirmed success keeps the lease safe locally:
@@ -325,7 +325,7 @@ impl Timing {
     /// From a renewal's sending to the stop signal, if no renewal confirms: what a store's
     /// failover must fit in (DESIGN.md §9).
     pub fn renew_window(&self) -> Duration {
-        self.safe_lease().saturating_sub(self.renew_every + self.kill_after)
+        self.safe_lease().saturating_sub(self.renew_every.saturating_add(self.kill_after))
     }
 
     /// Pause before retrying a renewal that failed at once (one that timed out is retried

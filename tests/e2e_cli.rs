@@ -428,6 +428,22 @@ fn bad_input_is_refused_with_one_line_and_writes_nothing() {
         ("conflict exit code out of range", with(&["--lock", "b", "-E", "300"]), 2, vec!["--conflict-exit-code"]),
         ("empty identity", with(&["--lock", "b", "--identity", ""]), 2, vec!["--identity"]),
     ];
+    // A duration too long to add to a clock reading (u64::MAX seconds): refused in one line,
+    // whichever flag it is given to, never a panic (once after the lease was won).
+    let huge = "18446744073709551615s";
+    let mut cases = cases;
+    for flag in [
+        "--max-runtime",
+        "--lock-delay",
+        "--ttl",
+        "--renew-every",
+        "--kill-after",
+        "--min-hold",
+        "--timeout",
+        "--server-clock-skew",
+    ] {
+        cases.push(("a duration out of range", with(&["--lock", "b", flag, huge]), 2, vec![flag]));
+    }
 
     let run = |args: &[String], case: &str| -> Output {
         let mut cmd = sb.cmd(&[]);
