@@ -116,9 +116,15 @@ impl Term {
         matches!(self.stopping, None | Some(Stopping::Interrupted | Stopping::RanTooLong))
     }
 
+    /// Whether the lease is known to be untrustworthy: the store said it is gone, or its stop
+    /// time passed. Until then a lease is still ours, however the child is being stopped.
+    fn untrusted(&self) -> bool {
+        matches!(self.stopping, Some(Stopping::Lost(_) | Stopping::Expiring))
+    }
+
     /// The next instant at which `enforce` has something to do.
     pub(super) fn next_timer(&self) -> Duration {
-        let stop = if self.stop_sent { Duration::MAX } else { self.timing.stop_at(self.deadline) };
+        let stop = if self.untrusted() { Duration::MAX } else { self.timing.stop_at(self.deadline) };
         let kill = if self.killed { Duration::MAX } else { self.kill_at.min(self.deadline) };
         let limit = match (self.stopping.is_none(), self.max_runtime_at) {
             (true, Some(at)) => at,
@@ -137,7 +143,9 @@ impl Term {
             self.stopping = Some(Stopping::RanTooLong);
             self.kill_at = self.kill_at.min(now + self.timing.kill_after);
         }
-        if !self.stop_sent && now >= self.timing.stop_at(self.deadline) {
+        // Past the stop time the lease is expiring whatever else is stopping the child (a
+        // relayed signal, --max-runtime): no more renewals, and no --min-hold keep after.
+        if !self.untrusted() && now >= self.timing.stop_at(self.deadline) {
             tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the lease could not be renewed in time; stopping the child");
             self.stop(Stopping::Expiring, now, payload);
         }
@@ -239,7 +247,7 @@ impl Term {
         if self.stopping.is_none() && self.max_runtime_at.is_some_and(|at| now >= at) {
             self.stopping = Some(Stopping::RanTooLong);
         }
-        if self.stopping.is_none() && now >= self.timing.stop_at(self.deadline) {
+        if !self.untrusted() && now >= self.timing.stop_at(self.deadline) {
             tracing::error!(lock = %self.lease.lock, token = self.lease.token, "the child ended after the lease could no longer be renewed in time");
             self.stopping = Some(Stopping::Expiring);
         }

@@ -45,3 +45,34 @@ async fn a_child_done_in_time_is_not_touched() {
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
     assert!(child.signals().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn past_the_stop_time_a_run_stopped_for_running_too_long_treats_its_lease_as_expiring() {
+    let mut s = setup();
+    // Renewals hang (the store is locked by someone else): the stop time stays at 8.7 s.
+    s.store.set_renew(Behaviour::Hang);
+    let heard = super::observed::Heard::new(s.clock.clone());
+    // It ignores the stop signal sent at 8 s: SIGKILL comes --kill-after (1 s) later, at 9 s,
+    // so the stop time passes while it winds down.
+    let mut child = s.recorder(None, false);
+    let elector = with_limit(&mut s, once(), secs(60.0), 8.0).observed_by(heard.clone());
+    let outcome = elector.run(&mut child).await;
+    let stop_at = secs(8.7);
+    assert!(
+        matches!(outcome, Outcome::LeaseLost { exit: ChildExit::Signal(9), .. }),
+        "past its stop time the lease could not be trusted: {outcome:?}"
+    );
+    assert_eq!(heard.at("stepping down"), [stop_at], "the observers hear it step down at the stop time");
+    let late: Vec<_> = s
+        .store
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, what)| *at >= stop_at && what.starts_with("renew"))
+        .cloned()
+        .collect();
+    assert!(late.is_empty(), "no renewal is sent past the stop time: {} of them, from {:?}", late.len(), late.first());
+    assert_eq!(child.signals(), [(secs(8.0), Signal::SIGTERM)], "one stop signal");
+    assert_eq!(s.store.expiry(LOCK), None, "no --min-hold keep for an untrusted lease");
+}

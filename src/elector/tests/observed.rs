@@ -7,21 +7,21 @@ use crate::observe::{self, Observer};
 
 /// Each event as a word, with the clock reading; the stop times published.
 #[derive(Default)]
-struct Heard {
+pub(super) struct Heard {
     clock: Option<Arc<dyn Clock>>,
     words: Mutex<Vec<(Duration, String)>>,
 }
 
 impl Heard {
-    fn new(clock: Arc<dyn Clock>) -> Arc<Self> {
+    pub(super) fn new(clock: Arc<dyn Clock>) -> Arc<Self> {
         Arc::new(Self { clock: Some(clock), words: Mutex::default() })
     }
 
-    fn words(&self) -> Vec<String> {
+    pub(super) fn words(&self) -> Vec<String> {
         self.words.lock().unwrap().iter().map(|(_, w)| w.clone()).collect()
     }
 
-    fn at(&self, word: &str) -> Vec<Duration> {
+    pub(super) fn at(&self, word: &str) -> Vec<Duration> {
         self.words.lock().unwrap().iter().filter(|(_, w)| w == word).map(|(at, _)| *at).collect()
     }
 }
