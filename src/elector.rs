@@ -112,7 +112,7 @@ enum Unconfirmed {
 }
 
 pub struct Elector {
-    /// The store the lease is held in: slot 0's until a campaign wins another slot.
+    /// The run's store: a plain lock's, or what each slot's store wraps.
     store: Arc<dyn Store>,
     /// With --wait and --slots: a store of its own for each further slot, so that each slot's
     /// wait keeps its own place among the standbys (a store waits for one lock at a time).
@@ -122,14 +122,17 @@ pub struct Elector {
     /// Shared by the campaigns for several slots: whichever hears a signal ends them all.
     signals: Mutex<UnboundedReceiver<Signal>>,
     observer: Arc<dyn Observer>,
+    /// Slots left beside the child's start, to be waited for before the run ends.
+    leaving: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
-/// A campaign's win: the lease, the instant its acquire (or confirming renewal) was sent, and
-/// the slot it holds.
+/// A campaign's win: the lease, the instant its acquire (or confirming renewal) was sent, the
+/// slot it holds, and the store it holds it through (the slot's).
 struct Won {
     lease: Lease,
     sent: Duration,
     slot: usize,
+    store: Arc<dyn Store>,
 }
 
 impl Elector {
@@ -146,6 +149,7 @@ impl Elector {
             election,
             signals: Mutex::new(signals),
             observer: Arc::new(Observers::none()),
+            leaving: std::sync::Mutex::default(),
         }
     }
 
@@ -169,12 +173,13 @@ impl Elector {
                 Ok(won) => won,
                 Err(outcome) => return outcome,
             };
-            match self.lead(payload, won).await {
+            let outcome = self.lead(payload, won).await;
+            self.finish_leaving().await;
+            match outcome {
                 // This host froze or starved between the grant and the child's exec for longer
                 // than the lease: nothing ran, and the lease was given back. Like a grant that
-                // came too late, a failure to try again while the run may (a plain lock: a
-                // campaign for slots has closed the stores of the slots it did not win).
-                Outcome::StartFailed(StartError::TooLate) if self.election.slots == 1 && !self.out_of_retries() => {
+                // came too late, a failure to try again while the run may (for any slot).
+                Outcome::StartFailed(StartError::TooLate) if !self.out_of_retries() => {
                     tracing::warn!("the lease ran out before the child could start; campaigning again");
                 }
                 Outcome::StartFailed(StartError::TooLate) => {
@@ -242,8 +247,12 @@ impl Elector {
                     return Err(Outcome::Interrupted(signal));
                 }
             };
-            if !matches!(result, Ok(Ok(Acquire::Won(_) | Acquire::Confirm { .. }))) {
-                // Held, or failed: any lease it may have been granted is given back below.
+            // Held, or refused: no lease was granted. Any other failure may have been granted:
+            // `granted` stays set until the give-back below is done, so that a campaign dropped
+            // while giving it back leaves it to be given back by whoever dropped it.
+            if matches!(result, Ok(Ok(Acquire::Held(_) | Acquire::Unproven { .. })))
+                || matches!(&result, Ok(Err(err)) if !err.is_transient())
+            {
                 granted.store(false, Ordering::SeqCst);
             }
             // A client-timed store's first sight of a held lease: taken if it stays unchanged
@@ -286,12 +295,20 @@ impl Elector {
                         && record.holder.as_deref() == Some(&self.election.identity)
                         && ghost != Some(record.token) =>
                 {
-                    ghost = Some(record.token);
                     // An earlier attempt whose answer never came was granted after all: this
-                    // run's own ghost. Give it back and try again at once.
+                    // run's own ghost. Give it back and try again at once. Only a give-back that
+                    // reached the store settles it (once only: if the store did not free it, it
+                    // lapses like any other lease); one that failed is a failure like any other,
+                    // tried again within the retry bound.
                     tracing::debug!(token = record.token, "an earlier acquire was granted after all; giving it back");
-                    self.abandon(store).await;
-                    continue;
+                    granted.store(true, Ordering::SeqCst);
+                    let given_back = self.abandon(store).await;
+                    granted.store(false, Ordering::SeqCst);
+                    if given_back {
+                        ghost = Some(record.token);
+                        continue;
+                    }
+                    StoreError::unavailable("could not give back a lease an earlier acquire of this run was granted")
                 }
                 Ok(Ok(Acquire::Held(record) | Acquire::Unproven { record, .. })) => {
                     if one_shot && unproven.is_none() || give_up.is_some_and(|t| self.now() >= t) {
@@ -323,6 +340,7 @@ impl Elector {
                     // store may have granted it all the same. Give it back, as for no answer,
                     // or a one-shot run would leave its lease to keep every host out for a ttl.
                     self.abandon(store).await;
+                    granted.store(false, Ordering::SeqCst);
                     err
                 }
                 Ok(Err(err)) => err,
@@ -330,6 +348,7 @@ impl Elector {
                     // No answer: the store may still grant it. Give it back before going on,
                     // or nobody would hold that lease and everyone would be kept out for a ttl.
                     self.abandon(store).await;
+                    granted.store(false, Ordering::SeqCst);
                     StoreError::unavailable(format!(
                         "the store did not answer within {}",
                         humantime::format_duration(timing.request_timeout())
@@ -382,19 +401,21 @@ impl Elector {
 
     /// Run the payload while renewing the lease; stop it when the lease cannot be trusted.
     async fn lead(&mut self, payload: &mut dyn Payload, won: Won) -> Outcome {
-        let Won { lease, sent, slot } = won;
+        let Won { lease, sent, slot, store } = won;
         let timing = self.timing();
         let deadline = timing.deadline_after(sent);
         self.observer.event(&Event::Elected { lease: &lease, slot, stop_at: timing.stop_at(deadline) });
         // Counted from before the child starts: the watchdog's count, begun at the spawn, ends
         // later, so this run acts first.
-        let max_runtime_at = self.election.max_runtime.map(|limit| self.now() + limit);
+        let max_runtime_at = self.election.max_runtime.map(|limit| self.now().saturating_add(limit));
         if let Err(err) = payload.start(&lease, slot, deadline).await {
             // Nothing ran: free the lease at once rather than holding it for --min-hold.
             self.observer.event(&Event::Released);
-            self.release(&self.store, &lease, Duration::ZERO).await;
+            self.release(&store, &lease, Duration::ZERO).await;
             return Outcome::StartFailed(err);
         }
+        // The other slots' stores are closed, which takes this run out of their standbys' queues.
+        self.slot_stores.clear();
         self.observer.event(&Event::ChildStarted);
         // The slot is said for a lock with slots only (a field that is `None` is left out).
         let shown_slot = (self.election.slots > 1).then_some(slot);
@@ -415,7 +436,7 @@ impl Elector {
                     term.renewal_done(sent, answer, self.now(), payload);
                 }
                 _ = async move { sleep_until(&*clock, next_renew).await }, if term.renewing.len() < RENEWALS_IN_FLIGHT && term.renews() => {
-                    let store = self.store.clone();
+                    let store = store.clone();
                     let held = term.lease.clone();
                     let sent = self.now();
                     // No attempt outlasts the stop time: a renewal confirmed after it is not used.
@@ -436,7 +457,7 @@ impl Elector {
         self.observer.event(&Event::ChildEnded { exit, why: term.child_end() });
         let (keep, outcome) = term.outcome(exit);
         self.observer.event(&Event::Released);
-        self.release(&self.store, &lease, keep).await;
+        self.release(&store, &lease, keep).await;
         outcome
     }
 

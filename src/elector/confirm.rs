@@ -93,18 +93,23 @@ impl Elector {
 
     /// Best effort, after an acquire whose answer never came: free the lock if the store
     /// granted it to this run after all. Only with an identity no other run can have.
-    pub(super) async fn abandon(&self, store: &Arc<dyn Store>) {
+    /// Returns whether the give-back reached the store.
+    pub(super) async fn abandon(&self, store: &Arc<dyn Store>) -> bool {
         let Election { lock, identity, unique_identity, .. } = &self.election;
         if !unique_identity {
             tracing::debug!("an acquire went unanswered; with a chosen --identity it cannot be told from another run's, so it is left to expire");
-            return;
+            return false;
         }
         // Short: this runs on the way out of a wait (a signal) or between attempts.
         let bound = self.timing().request_timeout().min(Duration::from_secs(1));
         match timeout(bound, store.abandon(lock, identity)).await {
-            Ok(Ok(())) => tracing::debug!("gave back any lease the unanswered acquire got"),
+            Ok(Ok(())) => {
+                tracing::debug!("gave back any lease the unanswered acquire got");
+                return true;
+            }
             Ok(Err(err)) => tracing::debug!("could not check for a lease the unanswered acquire got: {err}"),
             Err(_) => tracing::debug!("checking for a lease the unanswered acquire got timed out"),
         }
+        false
     }
 }

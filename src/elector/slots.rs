@@ -15,18 +15,16 @@ use crate::slots::SlotStore;
 use crate::store::Store;
 
 impl Elector {
-    /// Campaign for the lock (every slot of it). The winning slot's store then holds the lease;
-    /// the others' stores are closed, which takes this run out of their standbys' queues.
+    /// Campaign for the lock (every slot of it). The winning slot's store then holds the lease
+    /// (`Won::store`); the run's own store and its slots' stay as they are, for a campaign
+    /// again should the child start too late (`lead` closes the other slots' stores once the
+    /// child runs).
     pub(super) async fn campaign(&mut self) -> Result<Won, Outcome> {
         let slots: Vec<Arc<dyn Store>> = (0..self.election.slots).map(|slot| self.slot_store(slot)).collect();
-        let won = match self.election.mode {
+        match self.election.mode {
             Mode::Wait { .. } if slots.len() > 1 => self.campaign_for_all(&slots).await,
             _ => self.campaign_in_turn(&slots).await,
-        };
-        self.slot_stores.clear();
-        let won = won?;
-        self.store = slots[won.slot].clone();
-        Ok(won)
+        }
     }
 
     /// The store slot `slot` is campaigned for through: the run's store itself for a plain lock.
@@ -45,7 +43,7 @@ impl Elector {
         let mut held = None;
         for (slot, store) in slots.iter().enumerate() {
             match self.campaign_slot(store, &granted).await {
-                Ok((lease, sent)) => return Ok(Won { lease, sent, slot }),
+                Ok((lease, sent)) => return Ok(Won { lease, sent, slot, store: store.clone() }),
                 Err(Outcome::Conflict(record)) => {
                     if let Some(record) = &record {
                         tracing::debug!(slot, holder = record.holder.as_deref().unwrap_or("-"), "slot is held");
@@ -80,7 +78,7 @@ impl Elector {
             .map(|other| (other, granted[other].load(Ordering::SeqCst)))
             .collect();
         self.leave_slots(slots, &others, result.is_ok()).await;
-        result.map(|(lease, sent)| Won { lease, sent, slot })
+        result.map(|(lease, sent)| Won { lease, sent, slot, store: slots[slot].clone() })
     }
 
     /// Leave the slots in `others`, whose campaigns were dropped: give up the place each kept
@@ -99,12 +97,21 @@ impl Elector {
             .map(|&(slot, granted)| {
                 let (store, lock, identity) = (slots[slot].clone(), lock.clone(), identity.clone());
                 let give_back = granted && *unique_identity;
+                let answered_by = self.timing().request_timeout();
                 async move {
                     if give_back {
-                        match timeout(bound, store.abandon(&lock, &identity)).await {
-                            Ok(Ok(())) => tracing::debug!(slot, "gave back any lease the slot's acquire got"),
-                            _ => tracing::debug!(slot, "could not check the slot for a lease its acquire got"),
-                        }
+                        let give_back = || async {
+                            match timeout(bound, store.abandon(&lock, &identity)).await {
+                                Ok(Ok(())) => tracing::debug!(slot, "gave back any lease the slot's acquire got"),
+                                _ => tracing::debug!(slot, "could not check the slot for a lease its acquire got"),
+                            }
+                        };
+                        give_back().await;
+                        // The dropped acquire may still be on its way (another connection, a
+                        // queue on the server) and land after that: once more when its answer
+                        // would have been too late to count anyway.
+                        tokio::time::sleep(answered_by).await;
+                        give_back().await;
                     }
                     let _ = timeout(bound, store.stop_waiting(&lock)).await;
                 }
@@ -112,9 +119,22 @@ impl Elector {
             .collect();
         let all = futures_util::future::join_all(leaving);
         if starting {
-            tokio::spawn(all);
+            // Beside the child's start; the run waits for it before it ends (`finish_leaving`).
+            self.leaving.lock().unwrap().push(tokio::spawn(async move {
+                all.await;
+            }));
         } else {
             all.await;
+        }
+    }
+
+    /// Wait for the slots left beside the child's start (`leave_slots`): a child that ended
+    /// first must not cut a give-back short, or the slot stays closed for a ttl with nothing
+    /// running in it. Each step is bounded, so this is too.
+    pub(super) async fn finish_leaving(&self) {
+        let leaving: Vec<_> = std::mem::take(&mut *self.leaving.lock().unwrap());
+        for handle in leaving {
+            let _ = handle.await;
         }
     }
 }

@@ -145,9 +145,24 @@ pub(super) async fn open_and_fit(
 /// defaults scaled to it; what must fit is the lease the store keeps, ttl + --lock-delay. An
 /// explicit --ttl is left for the store to accept or refuse, unless --lock-delay is what makes
 /// the lease too long: that is refused here (status 2), in words that name it.
+///
+/// In that order: the failover's defaults, the ttl, then the keep, each on what the one before
+/// left (the ttl's fitting rebuilds every timing from what was asked, and would undo a keep
+/// capped before it); and last the one-shot retry bound, which follows the keep.
 async fn fit_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Retrying<'_>) -> Result<(), u8> {
     fit_to_failover(plan, store, retrying).await?;
+    fit_ttl_to_store(plan, store, retrying).await?;
     fit_keep_to_store(plan, store, retrying).await?;
+    if let Mode::OneShot { until: None, .. } = plan.election.mode {
+        let retry_until = plan.started + plan.election.timing.one_shot_retry();
+        plan.election.mode = Mode::OneShot { until: None, retry_until };
+        retrying.give_up = Some(retry_until);
+    }
+    Ok(())
+}
+
+/// The ttl part of `fit_to_store`.
+async fn fit_ttl_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Retrying<'_>) -> Result<(), u8> {
     if plan.requested.ttl.is_some() && plan.requested.lock_delay.is_zero() {
         return Ok(());
     }
@@ -182,9 +197,8 @@ async fn fit_to_failover(plan: &mut Plan, store: &dyn Store, retrying: &mut Retr
     // A default ttl raised for the failover must still be a lease the store keeps.
     super::check_lease_limits(&*plan.spec, &timing, &plan.requested).map_err(|e| fail(exit::USAGE, e))?;
     if let Mode::OneShot { until: None, .. } = plan.election.mode {
-        let retry_until = plan.started + timing.one_shot_retry();
-        plan.election.mode = Mode::OneShot { until: None, retry_until };
-        retrying.give_up = Some(retry_until);
+        // The store's next questions may ride out the failover too.
+        retrying.give_up = Some(plan.started + timing.one_shot_retry());
     }
     let show = |d: Duration| humantime::format_duration(d).to_string();
     tracing::info!(
@@ -236,4 +250,50 @@ async fn fit_keep_to_store(plan: &mut Plan, store: &dyn Store, retrying: &mut Re
     tracing::info!(min_hold = %show(longest), "the store keeps a lock for less than the default --min-hold: using the longest it keeps");
     plan.election.timing.min_hold = longest;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::clock::TokioClock;
+    use crate::store::memory::MemoryStore;
+    use crate::timing::DEFAULT_TTL;
+
+    /// A one-shot run planned from `args`, fitted to a store that keeps leases for at most
+    /// `ttl` and a lock after its child exits for at most `keep`.
+    async fn fitted(args: &[&str], ttl: Option<u64>, keep: Option<u64>) -> Plan {
+        let clock = Arc::new(TokioClock::new());
+        let store = MemoryStore::new(clock.clone());
+        store.set_limits(ttl.map(Duration::from_secs), keep.map(Duration::from_secs));
+        let cli = crate::cli::Cli::try_parse_from([&["leaderrun", "--lock", "x"], args, &["--", "true"]].concat())
+            .expect("the command line parses");
+        let mut plan = super::super::plan(cli.run, clock.now()).expect("a valid plan");
+        let (_tx, mut signals) = mpsc::unbounded_channel();
+        let (give_up, cut_at) = bounds(plan.election.mode);
+        let mut retrying = Retrying { give_up, cut_at, clock: &*clock, signals: &mut signals, quietly: true };
+        fit_to_store(&mut plan, &store, &mut retrying).await.expect("fits");
+        plan
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_capped_by_the_store_stays_capped_when_the_ttl_is_fitted_too() {
+        // A small bucket: leases and kept locks both end after 8 s (the default keep is 10 s).
+        let plan = fitted(&[], Some(8), Some(8)).await;
+        let timing = plan.election.timing;
+        assert!(timing.ttl < DEFAULT_TTL, "the ttl was fitted: {timing:?}");
+        assert_eq!(timing.min_hold, Duration::from_secs(8), "the keep stays capped: {timing:?}");
+        // The one-shot retries end at half the keep, counted from the capped keep.
+        let Mode::OneShot { retry_until, .. } = plan.election.mode else { panic!("one-shot") };
+        assert_eq!(retry_until, plan.started + Duration::from_secs(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_capped_alone_moves_the_retry_bound_too() {
+        let plan = fitted(&[], None, Some(6)).await;
+        assert_eq!(plan.election.timing.min_hold, Duration::from_secs(6));
+        let Mode::OneShot { retry_until, .. } = plan.election.mode else { panic!("one-shot") };
+        assert_eq!(retry_until, plan.started + Duration::from_secs(3), "half the capped keep");
+    }
 }

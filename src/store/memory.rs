@@ -54,6 +54,13 @@ pub struct MemoryStore {
     pub calls: Mutex<Vec<(Duration, String)>>,
     /// The lease asked for by every acquire and renew: (clock reading, operation, ttl).
     pub ttls: Mutex<Vec<(Duration, &'static str, Duration)>>,
+    /// How acquires of one lock answer, where it differs from `acquire_behaviour`.
+    acquire_for: Mutex<BTreeMap<String, Behaviour>>,
+    /// How `status` reads answer (and so a give-back, which reads before it releases).
+    status_behaviour: Mutex<Behaviour>,
+    /// What `longest_ttl` and `longest_keep` answer (a store that keeps leases, or locks
+    /// after their child exits, for a limited time only: a NATS bucket's max age).
+    limits: Mutex<(Option<Duration>, Option<Duration>)>,
 }
 
 impl MemoryStore {
@@ -67,7 +74,24 @@ impl MemoryStore {
             notify: Notify::new(),
             calls: Mutex::new(Vec::new()),
             ttls: Mutex::new(Vec::new()),
+            limits: Mutex::new((None, None)),
+            acquire_for: Mutex::new(BTreeMap::new()),
+            status_behaviour: Mutex::new(Behaviour::Normal),
         }
+    }
+
+    /// Make acquires of `lock` alone behave as `behaviour`.
+    pub fn set_acquire_for(&self, lock: &str, behaviour: Behaviour) {
+        self.acquire_for.lock().unwrap().insert(lock.to_string(), behaviour);
+    }
+
+    pub fn set_status(&self, behaviour: Behaviour) {
+        *self.status_behaviour.lock().unwrap() = behaviour;
+    }
+
+    /// Keep leases for at most `ttl`, and a lock after its child exits for at most `keep`.
+    pub fn set_limits(&self, ttl: Option<Duration>, keep: Option<Duration>) {
+        *self.limits.lock().unwrap() = (ttl, keep);
     }
 
     pub fn set_renew(&self, behaviour: Behaviour) {
@@ -165,10 +189,19 @@ async fn answer<T>(behaviour: Behaviour, result: T) -> Result<T> {
 
 #[async_trait]
 impl Store for MemoryStore {
+    async fn longest_ttl(&self, _wanted: Duration) -> Result<Option<Duration>> {
+        Ok(self.limits.lock().unwrap().0)
+    }
+
+    async fn longest_keep(&self) -> Result<Option<Duration>> {
+        Ok(self.limits.lock().unwrap().1)
+    }
+
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         self.log(format!("acquire {identity}"));
         self.ttls.lock().unwrap().push((self.clock.now(), "acquire", ttl));
-        let behaviour = *self.acquire_behaviour.lock().unwrap();
+        let behaviour =
+            self.acquire_for.lock().unwrap().get(lock).copied().unwrap_or(*self.acquire_behaviour.lock().unwrap());
         self.behave(behaviour).await?;
         let now = self.clock.now();
         let result = {
@@ -245,8 +278,13 @@ impl Store for MemoryStore {
     }
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
-        let rows = self.rows.lock().unwrap();
-        Ok(self.record(lock, rows.get(lock)))
+        let behaviour = *self.status_behaviour.lock().unwrap();
+        self.behave(behaviour).await?;
+        let record = {
+            let rows = self.rows.lock().unwrap();
+            self.record(lock, rows.get(lock))
+        };
+        answer(behaviour, record).await
     }
 
     async fn list(&self) -> Result<Vec<LockRecord>> {

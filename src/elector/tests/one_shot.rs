@@ -141,3 +141,27 @@ async fn a_start_too_late_past_the_retry_bound_ends_the_run() {
     assert!(child.events().is_empty());
     assert_eq!(s.store.expiry(LOCK), None, "the lease was given back, not kept for --min-hold");
 }
+
+/// A lease of this run's own found by its acquire (an earlier attempt was granted after all)
+/// whose give-back does not reach the store (a cluster electing a leader): it is tried again
+/// within the retry bound, not taken for another holder's, which would end the firing.
+#[tokio::test(start_paused = true)]
+async fn a_ghost_whose_give_back_fails_is_given_back_again_and_the_run_goes_on() {
+    let mut s = setup();
+    s.store.steal(LOCK, "a", secs(35.0));
+    // The give-back reads the lock first; that read goes unanswered for a while.
+    s.store.set_status(Behaviour::Hang);
+    let store = s.store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(secs(1.5)).await;
+        store.set_status(Behaviour::Normal);
+    });
+    let mut child = s.recorder(Some(secs(1.0)), true);
+    let mode = Mode::OneShot { until: None, retry_until: secs(5.0) };
+    let outcome = s.elector("a", mode, Duration::ZERO).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "the firing ran: {outcome:?}");
+    match child.events().first() {
+        Some(Event::Start { token, .. }) => assert_eq!(*token, 2, "after the ghost (token 1) was given back"),
+        other => panic!("the child never started: {other:?}"),
+    }
+}

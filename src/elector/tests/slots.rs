@@ -92,3 +92,60 @@ async fn a_signal_ends_every_slots_wait() {
     assert!(matches!(outcome, Outcome::Interrupted(Signal::SIGTERM)), "{outcome:?}");
     assert!(child.started.is_none());
 }
+
+/// A start too late under --slots campaigns again as a plain lock's does: the slot is given
+/// back and the run takes a slot anew (the lowest free one), under a new token.
+#[tokio::test(start_paused = true)]
+async fn a_start_too_late_under_slots_campaigns_again() {
+    for mode in [Mode::OneShot { until: None, retry_until: secs(5.0) }, Mode::Wait { until: None }] {
+        let mut s = setup();
+        s.store.steal(&slot(0), "x", secs(100.0));
+        let mut child = s.recorder(Some(secs(1.0)), true);
+        child.too_late = 1;
+        let outcome = with_slots(&mut s, "a", mode, 3).run(&mut child).await;
+        assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{mode:?}: {outcome:?}");
+        let calls: Vec<String> = s.store.calls.lock().unwrap().iter().map(|(_, op)| op.clone()).collect();
+        assert!(calls.iter().any(|op| op.starts_with("release 1")), "{mode:?}: the slot was given back: {calls:?}");
+        assert_eq!(child.slot, Some(1), "{mode:?}: the lowest free slot, taken anew");
+        match child.events().first() {
+            Some(Event::Start { token, .. }) => assert_eq!(*token, 2, "{mode:?}: under the slot's second lease"),
+            other => panic!("{mode:?}: the child never started: {other:?}"),
+        }
+        assert!(s.store.expiry(&slot(0)).is_some(), "{mode:?}: slot 0's holder untouched");
+    }
+}
+
+/// A slot's acquire granted but answered with an error: its campaign gives it back, and is
+/// dropped while it does (another slot won meanwhile). The give-back is still made.
+#[tokio::test(start_paused = true)]
+async fn a_slot_whose_campaign_is_dropped_while_giving_it_back_is_given_back() {
+    let mut s = setup();
+    s.store.set_acquire_for(&slot(0), Behaviour::Late(secs(0.2)));
+    s.store.set_acquire_for(&slot(1), Behaviour::DoneThenFail);
+    // A give-back reads the lock first: that read takes half a second.
+    s.store.set_status(Behaviour::Late(secs(0.5)));
+    let mut child = s.recorder(Some(secs(30.0)), true);
+    let elector = with_slots(&mut s, "a", Mode::Wait { until: None }, 2);
+    let run = tokio::spawn(async move { (elector.run(&mut child).await, child.slot) });
+    tokio::time::sleep(secs(5.0)).await;
+    assert!(s.store.expiry(&slot(0)).is_some(), "slot 0 runs the child");
+    assert_eq!(s.store.expiry(&slot(1)), None, "slot 1 was given back");
+    let (outcome, started_in) = run.await.unwrap();
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    assert_eq!(started_in, Some(0));
+}
+
+/// The give-back of a slot granted to a dropped campaign goes on beside the child; a child
+/// that ends first does not end it: the run waits for it before it ends.
+#[tokio::test(start_paused = true)]
+async fn a_short_child_does_not_cut_a_slots_give_back_short() {
+    let mut s = setup();
+    // Both slots' acquires are granted at once and answered a second later.
+    s.store.set_acquire(Behaviour::Late(secs(1.0)));
+    s.store.set_status(Behaviour::Late(secs(0.5)));
+    let mut child = s.recorder(Some(secs(0.1)), true);
+    let outcome = with_slots(&mut s, "a", Mode::Wait { until: None }, 2).run(&mut child).await;
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    let held: Vec<usize> = (0..2).filter(|&i| s.store.expiry(&slot(i)).is_some()).collect();
+    assert!(held.is_empty(), "when the run ends, no slot is left held: {held:?}");
+}
