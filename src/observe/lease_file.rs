@@ -83,15 +83,31 @@ impl LeaseFile {
     }
 
     fn publish(&self, stop_at: Duration) {
-        let token = *self.token.lock().unwrap_or_else(|p| p.into_inner());
-        let next = self.dir.join("lease.next");
-        let written = fs::File::create(&next)
-            .and_then(|mut f| writeln!(f, "{} {token}", stop_at.as_nanos()))
-            .and_then(|()| fs::rename(&next, &self.file));
-        if let Err(err) = written {
+        if let Err(err) = self.write(stop_at) {
             // `check` then answers from what it finds: an older stop time, or no file ("no").
             tracing::warn!("cannot update the lease file {}: {err}", self.file.display());
         }
+    }
+
+    /// Say "no" from now on. The watchdog removes the directory when it stops the child
+    /// itself, often a moment before this run's own timer fires: a file already gone says
+    /// "no" as well, and is not worth a warning.
+    fn say_no(&self) {
+        match self.write(Duration::ZERO) {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !self.dir.exists() => {
+                tracing::debug!("the lease file {} is gone already (the watchdog removed it)", self.file.display())
+            }
+            Err(err) => tracing::warn!("cannot update the lease file {}: {err}", self.file.display()),
+            Ok(()) => {}
+        }
+    }
+
+    fn write(&self, stop_at: Duration) -> std::io::Result<()> {
+        let token = *self.token.lock().unwrap_or_else(|p| p.into_inner());
+        let next = self.dir.join("lease.next");
+        fs::File::create(&next)
+            .and_then(|mut f| writeln!(f, "{} {token}", stop_at.as_nanos()))
+            .and_then(|()| fs::rename(&next, &self.file))
     }
 
     fn remove(&self) {
@@ -113,7 +129,7 @@ impl Observer for LeaseFile {
                 }
             }
             Event::Renewal(Renewal::Renewed { stop_at }) => self.publish(stop_at),
-            Event::SteppingDown | Event::ChildEnded { .. } => self.publish(Duration::ZERO),
+            Event::SteppingDown | Event::ChildEnded { .. } => self.say_no(),
             Event::Released | Event::Stopping => self.remove(),
             _ => {}
         }
@@ -129,7 +145,51 @@ impl Drop for LeaseFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::ChildEnd;
     use crate::store::Lease;
+
+    /// Every warning logged while `f` runs.
+    fn warnings_of(f: impl FnOnce()) -> String {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::<u8>::new()));
+        let writer = seen.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || Sink(writer.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+        text
+    }
+
+    struct Sink(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_file_the_watchdog_removed_first_says_no_without_a_warning() {
+        let file = LeaseFile::planned();
+        let lease = Lease { lock: "l".into(), identity: "me".into(), token: 7 };
+        file.event(&Event::Elected { lease: &lease, slot: 0, stop_at: Duration::from_secs(100) });
+        // The watchdog stopped the child at its stop time and removed the directory.
+        fs::remove_dir_all(file.dir()).unwrap();
+        let said = warnings_of(|| {
+            file.event(&Event::SteppingDown);
+            file.event(&Event::ChildEnded { exit: crate::payload::ChildExit::Code(0), why: ChildEnd::LeaseExpired });
+        });
+        assert_eq!(said, "", "nothing to warn about");
+        assert!(!file.dir().exists(), "not made again");
+        // A renewal's stop time that cannot be written is still worth a warning.
+        let said = warnings_of(|| file.event(&Event::Renewal(Renewal::Renewed { stop_at: Duration::from_secs(9) })));
+        assert!(said.contains("cannot update the lease file"), "{said:?}");
+    }
 
     #[test]
     fn the_file_says_yes_until_the_stop_time_and_no_after_a_step_down() {
