@@ -413,8 +413,9 @@ pub struct RunArgs {
 
     /// Stop the child once it has run this long: --signal, then SIGKILL after --kill-after,
     /// as timeout(1) does, and exit 124. The lease is then released (kept for --min-hold in
-    /// one-shot mode). The watchdog keeps this limit too, so a frozen leaderrun cannot
-    /// extend it.
+    /// one-shot mode), unless its stop time passed while the child wound down (renewals
+    /// failing): that is a lost lease, exit 75. The watchdog keeps this limit too, so a frozen
+    /// leaderrun cannot extend it.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "LEADERRUN_MAX_RUNTIME")]
     pub max_runtime: Option<Duration>,
 
