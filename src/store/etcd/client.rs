@@ -55,6 +55,19 @@ pub struct Connection {
     token: RwLock<Option<AsciiMetadataValue>>,
     /// Calls that find the token expired at the same time authenticate once.
     refreshing: tokio::sync::Mutex<()>,
+    /// A test's order for the copies of one request (see `Twice`).
+    #[cfg(test)]
+    pub(super) twice: std::sync::Mutex<Option<Twice>>,
+}
+
+/// What a test asks of the next unary call on `path`: send it twice, run `between` once the
+/// first copy has landed, and return only the second copy's answer. That is a request whose
+/// first copy was slow to answer, with its copy on another member answered first (see
+/// `Endpoints::call`), played in a chosen order on a single member.
+#[cfg(test)]
+pub(super) struct Twice {
+    pub path: &'static str,
+    pub between: futures_util::future::BoxFuture<'static, ()>,
 }
 
 impl Connection {
@@ -83,6 +96,8 @@ impl Connection {
                 .map(|(user, password)| Credentials { user: user.clone(), password: password.clone() }),
             token: RwLock::new(None),
             refreshing: tokio::sync::Mutex::new(()),
+            #[cfg(test)]
+            twice: Default::default(),
         };
         connection.authenticate().await.map_err(|status| store_error(&target.shown, &status))?;
         Ok(connection)
@@ -140,7 +155,26 @@ impl Connection {
         Q: Message + Clone + 'static,
         A: Message + Default + 'static,
     {
+        #[cfg(test)]
+        if let Some(between) = self.twice_on(path) {
+            let _lost: std::result::Result<A, Status> =
+                self.with_token(|grpc, token| send(grpc, path, request.clone(), token)).await;
+            between.await;
+        }
         self.with_token(|grpc, token| send(grpc, path, request.clone(), token)).await
+    }
+
+    /// The test's `between` if it asked for the next call on `path` to go twice (once).
+    #[cfg(test)]
+    fn twice_on(&self, path: &str) -> Option<futures_util::future::BoxFuture<'static, ()>> {
+        let mut twice = self.twice.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match twice.take() {
+            Some(asked) if asked.path == path => Some(asked.between),
+            other => {
+                *twice = other;
+                None
+            }
+        }
     }
 
     /// One LeaseKeepAlive: a stream opened, one request, its one answer. Whether the lease
