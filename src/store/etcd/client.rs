@@ -40,6 +40,14 @@ const PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// The metadata key etcd reads an authentication token from.
 const TOKEN_HEADER: &str = "token";
 
+/// The metadata by which a stream asks for a member that has a leader (etcd's
+/// `rpctypes.MetadataRequireLeaderKey`, set by its Go client on keep-alives and by etcdctl on
+/// watches): a member without one refuses to open the stream, and ends an open one once it
+/// has had no leader for three election timeouts. Without it, a watch on a member cut off
+/// from the quorum stays open and silent, and its waiter learns of a release only at its
+/// once-a-minute re-read.
+const REQUIRE_LEADER: (&str, &str) = ("hasleader", "true");
+
 /// A user and password for etcd's authentication. No Debug: nothing may print it.
 struct Credentials {
     user: String,
@@ -185,8 +193,9 @@ impl Connection {
             ready(&mut grpc).await?;
             let requests = stream::iter([wire::LeaseKeepAliveRequest { id }]);
             let path = PathAndQuery::from_static(path::LEASE_KEEP_ALIVE);
+            let request = with_leader(with(Request::new(requests), token));
             let mut answers: Streaming<wire::LeaseKeepAliveResponse> =
-                grpc.streaming(with(Request::new(requests), token), path, ProstCodec::default()).await?.into_inner();
+                grpc.streaming(request, path, ProstCodec::default()).await?.into_inner();
             match answers.message().await? {
                 Some(answer) => Ok(answer.ttl > 0),
                 None => Err(Status::unavailable("the keep-alive stream ended without an answer")),
@@ -214,7 +223,8 @@ impl Connection {
                 ready(&mut grpc).await?;
                 let requests = stream::iter(requests).chain(stream::pending());
                 let path = PathAndQuery::from_static(path::WATCH);
-                Ok(grpc.streaming(with(Request::new(requests), token), path, ProstCodec::default()).await?.into_inner())
+                let request = with_leader(with(Request::new(requests), token));
+                Ok(grpc.streaming(request, path, ProstCodec::default()).await?.into_inner())
             }
         })
         .await
@@ -252,6 +262,13 @@ fn with<T>(mut request: Request<T>, token: Option<AsciiMetadataValue>) -> Reques
     if let Some(token) = token {
         request.metadata_mut().insert(TOKEN_HEADER, token);
     }
+    request
+}
+
+/// A stream's request that asks for a member with a leader (see `REQUIRE_LEADER`).
+fn with_leader<T>(mut request: Request<T>) -> Request<T> {
+    let (key, value) = REQUIRE_LEADER;
+    request.metadata_mut().insert(key, AsciiMetadataValue::from_static(value));
     request
 }
 

@@ -59,7 +59,9 @@
 //! - changed (`wait`): the first wait joins the queue (a lease and one transaction that puts
 //!   the entry and reads the lock key and the queue at one revision) and opens one watch
 //!   stream with two watchers, the lock key and the queue, from the next revision, so that
-//!   nothing between the read and the watch is missed: 4 requests. The watch and the entry
+//!   nothing between the read and the watch is missed: 4 requests. The stream asks for a
+//!   member with a leader (see `client`): one cut off from the quorum ends it, and the
+//!   waiter reads again elsewhere. The watch and the entry
 //!   stay across waits (closed when the lock is won): an idle standby sends nothing, bar one
 //!   keep-alive of its entry when it waits again after a safety-net re-read.
 //!   When the lock key is deleted, the first waiter in line returns at once; the one with `n`
