@@ -2,7 +2,8 @@
 //! quorum standing: the conformance suite's core still holds, one-shot runs succeed whatever
 //! the URL's order, a holder at the default ttl keeps its lease through the loss of the leader
 //! and the loss or freeze of the member it talks to, and a waiter whose member died takes
-//! over at a release. The holders are real `leaderrun` processes, so the elector's own timings
+//! over at a release, and a waiter's watch on a member that lost its leader ends (the waiter
+//! reads again). The holders are real `leaderrun` processes, so the elector's own timings
 //! (renewal every 5 s, a second renewal beside one unanswered for 2.3 s) apply.
 
 mod common;
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use common::*;
 use conformance::Harness;
-use leaderrun::store::Store;
 use leaderrun::store::{registry, Access};
+use leaderrun::store::{Acquire, Store};
 use servers::cluster::Cluster;
 use servers::etcd_cluster::EtcdCluster;
 
@@ -274,4 +275,68 @@ async fn a_watcher_keeps_seeing_changes_after_its_member_is_killed() {
     sees(true).await;
     holder.release(&lease, Duration::ZERO).await.unwrap();
     sees(false).await;
+}
+
+/// A waiter's watch on a member that loses its leader (the other two frozen here; cut off from
+/// them by a partition, the same) ends once that member has had no leader for three election
+/// timeouts: the watch asks etcd for a leader, as etcd's own clients do. The waiter then reads
+/// again, which goes to a member with a leader. A watch that did not ask stays open and silent
+/// on such a member, and its waiter learns of a release only at the re-read a minute later.
+/// When the others are back, the waiter takes the lock at the holder's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiters_watch_ends_when_its_member_has_no_leader() {
+    let cluster = cluster().await;
+    let member = cluster.follower();
+    let others: Vec<usize> = (0..cluster.len()).filter(|i| *i != member).collect();
+    let waiter = ClusterHarness { cluster: cluster.clone(), first: member }.open().await;
+    let holder = ClusterHarness { cluster: cluster.clone(), first: others[0] }.open().await;
+    let lock = conformance::unique("leaderless");
+    let lease = conformance::won(&*holder, &lock, "holder", Duration::from_secs(120)).await;
+    assert!(matches!(waiter.acquire(&lock, "waiter", conformance::TTL).await, Ok(Acquire::Held(_))));
+    let watch_streams = || cluster.metric(member, "etcd_debugging_mvcc_watch_stream_total").unwrap_or(0.0);
+    let before = watch_streams();
+    let waiting = {
+        let (waiter, lock) = (waiter.clone(), lock.clone());
+        tokio::spawn(async move { waiter.changed(&lock, Duration::from_secs(300)).await })
+    };
+    // The waiter's watch is open on the member listed first.
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for(
+            || c.metric(member, "etcd_debugging_mvcc_watch_stream_total").unwrap_or(0.0) > before,
+            SOON,
+            "the watch",
+        )
+    })
+    .await
+    .unwrap();
+    let c = cluster.clone();
+    let frozen = others.clone();
+    tokio::task::spawn_blocking(move || frozen.iter().for_each(|i| c.freeze(*i))).await.unwrap();
+    let frozen_at = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(60), waiting).await;
+    eprintln!(
+        "the wait ended {:?} after the freeze; watch streams on the member: {}",
+        frozen_at.elapsed(),
+        watch_streams()
+    );
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        others.iter().for_each(|i| c.thaw(*i));
+        c.wait_for_leader(Duration::from_secs(30)).expect("a leader again");
+    })
+    .await
+    .unwrap();
+    assert!(ended.is_ok(), "the waiter's watch on a member without a leader went on for a minute");
+    // Back to normal: the waiter sees the release and takes the lock.
+    holder.release(&lease, Duration::ZERO).await.unwrap();
+    let taken = async {
+        loop {
+            match waiter.acquire(&lock, "waiter", conformance::TTL).await {
+                Ok(Acquire::Won(_)) => break,
+                _ => waiter.changed(&lock, Duration::from_secs(60)).await,
+            }
+        }
+    };
+    tokio::time::timeout(conformance::SOON, taken).await.expect("the waiter takes the lock at the release");
 }

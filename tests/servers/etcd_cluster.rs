@@ -113,8 +113,16 @@ impl EtcdCluster {
 
     /// Member `i`'s answer to `/v3/maintenance/status`, if it answers within `STATUS_TIMEOUT`.
     pub fn status(&self, i: usize) -> Option<serde_json::Value> {
-        let body = post(self.members[i].client, "/v3/maintenance/status", "{}")?;
-        serde_json::from_str(&body).ok()
+        let body = http(self.members[i].client, "POST", "/v3/maintenance/status", "{}")?;
+        // The gateway may answer in chunks: the JSON object is between the first `{` and the last `}`.
+        let (start, end) = (body.find('{')?, body.rfind('}')?);
+        serde_json::from_str(&body[start..=end]).ok()
+    }
+
+    /// A gauge or counter of member `i`'s `/metrics` (Prometheus' text format), if it answers.
+    pub fn metric(&self, i: usize, name: &str) -> Option<f64> {
+        let body = http(self.members[i].client, "GET", "/metrics", "")?;
+        body.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
     /// The client port of member `i`.
@@ -135,26 +143,25 @@ fn id_of(value: &serde_json::Value) -> String {
     }
 }
 
-/// One HTTP/1.1 POST to 127.0.0.1:`port`; the body of a 200 answer.
-fn post(port: u16, path: &str, body: &str) -> Option<String> {
+/// One HTTP/1.0 request to 127.0.0.1:`port` (so that the answer is not chunked); the body of a
+/// 200 answer.
+fn http(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&address, STATUS_TIMEOUT).ok()?;
     stream.set_read_timeout(Some(STATUS_TIMEOUT)).ok()?;
     stream.set_write_timeout(Some(STATUS_TIMEOUT)).ok()?;
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).ok()?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     let (head, body) = answer.split_once("\r\n\r\n")?;
-    if !head.starts_with("HTTP/1.1 200") {
+    if head.split(' ').nth(1) != Some("200") {
         return None;
     }
-    // The gateway may answer in chunks: the JSON object is between the first `{` and the last `}`.
-    let (start, end) = (body.find('{')?, body.rfind('}')?);
-    Some(body[start..=end].to_string())
+    Some(body.to_string())
 }
 
 impl Cluster for EtcdCluster {

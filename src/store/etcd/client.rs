@@ -40,6 +40,14 @@ const PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// The metadata key etcd reads an authentication token from.
 const TOKEN_HEADER: &str = "token";
 
+/// The metadata by which a stream asks for a member that has a leader (etcd's
+/// `rpctypes.MetadataRequireLeaderKey`, set by its Go client on keep-alives and by etcdctl on
+/// watches): a member without one refuses to open the stream, and ends an open one once it
+/// has had no leader for three election timeouts. Without it, a watch on a member cut off
+/// from the quorum stays open and silent, and its waiter learns of a release only at its
+/// once-a-minute re-read.
+const REQUIRE_LEADER: (&str, &str) = ("hasleader", "true");
+
 /// A user and password for etcd's authentication. No Debug: nothing may print it.
 struct Credentials {
     user: String,
@@ -55,6 +63,19 @@ pub struct Connection {
     token: RwLock<Option<AsciiMetadataValue>>,
     /// Calls that find the token expired at the same time authenticate once.
     refreshing: tokio::sync::Mutex<()>,
+    /// A test's order for the copies of one request (see `Twice`).
+    #[cfg(test)]
+    pub(super) twice: std::sync::Mutex<Option<Twice>>,
+}
+
+/// What a test asks of the next unary call on `path`: send it twice, run `between` once the
+/// first copy has landed, and return only the second copy's answer. That is a request whose
+/// first copy was slow to answer, with its copy on another member answered first (see
+/// `Endpoints::call`), played in a chosen order on a single member.
+#[cfg(test)]
+pub(super) struct Twice {
+    pub path: &'static str,
+    pub between: futures_util::future::BoxFuture<'static, ()>,
 }
 
 impl Connection {
@@ -83,6 +104,8 @@ impl Connection {
                 .map(|(user, password)| Credentials { user: user.clone(), password: password.clone() }),
             token: RwLock::new(None),
             refreshing: tokio::sync::Mutex::new(()),
+            #[cfg(test)]
+            twice: Default::default(),
         };
         connection.authenticate().await.map_err(|status| store_error(&target.shown, &status))?;
         Ok(connection)
@@ -140,7 +163,26 @@ impl Connection {
         Q: Message + Clone + 'static,
         A: Message + Default + 'static,
     {
+        #[cfg(test)]
+        if let Some(between) = self.twice_on(path) {
+            let _lost: std::result::Result<A, Status> =
+                self.with_token(|grpc, token| send(grpc, path, request.clone(), token)).await;
+            between.await;
+        }
         self.with_token(|grpc, token| send(grpc, path, request.clone(), token)).await
+    }
+
+    /// The test's `between` if it asked for the next call on `path` to go twice (once).
+    #[cfg(test)]
+    fn twice_on(&self, path: &str) -> Option<futures_util::future::BoxFuture<'static, ()>> {
+        let mut twice = self.twice.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match twice.take() {
+            Some(asked) if asked.path == path => Some(asked.between),
+            other => {
+                *twice = other;
+                None
+            }
+        }
     }
 
     /// One LeaseKeepAlive: a stream opened, one request, its one answer. Whether the lease
@@ -151,8 +193,9 @@ impl Connection {
             ready(&mut grpc).await?;
             let requests = stream::iter([wire::LeaseKeepAliveRequest { id }]);
             let path = PathAndQuery::from_static(path::LEASE_KEEP_ALIVE);
+            let request = with_leader(with(Request::new(requests), token));
             let mut answers: Streaming<wire::LeaseKeepAliveResponse> =
-                grpc.streaming(with(Request::new(requests), token), path, ProstCodec::default()).await?.into_inner();
+                grpc.streaming(request, path, ProstCodec::default()).await?.into_inner();
             match answers.message().await? {
                 Some(answer) => Ok(answer.ttl > 0),
                 None => Err(Status::unavailable("the keep-alive stream ended without an answer")),
@@ -180,7 +223,8 @@ impl Connection {
                 ready(&mut grpc).await?;
                 let requests = stream::iter(requests).chain(stream::pending());
                 let path = PathAndQuery::from_static(path::WATCH);
-                Ok(grpc.streaming(with(Request::new(requests), token), path, ProstCodec::default()).await?.into_inner())
+                let request = with_leader(with(Request::new(requests), token));
+                Ok(grpc.streaming(request, path, ProstCodec::default()).await?.into_inner())
             }
         })
         .await
@@ -218,6 +262,13 @@ fn with<T>(mut request: Request<T>, token: Option<AsciiMetadataValue>) -> Reques
     if let Some(token) = token {
         request.metadata_mut().insert(TOKEN_HEADER, token);
     }
+    request
+}
+
+/// A stream's request that asks for a member with a leader (see `REQUIRE_LEADER`).
+fn with_leader<T>(mut request: Request<T>) -> Request<T> {
+    let (key, value) = REQUIRE_LEADER;
+    request.metadata_mut().insert(key, AsciiMetadataValue::from_static(value));
     request
 }
 

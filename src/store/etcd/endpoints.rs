@@ -27,9 +27,12 @@
 //! reads; a keep-alive resets a lease to its granted TTL whenever it lands; a revoke of a
 //! revoked lease is "not found", taken as done; the acquire's transaction compares
 //! `create_revision == 0`, so a second copy finds the key the first wrote on the same etcd
-//! lease, which the store counts as won; the guarded writes (release, revoke, --min-hold)
-//! compare the key's mod revision, so a second copy fails its compare and the store reads
-//! again what the first did; a queue entry's put rewrites the same empty value on the same
+//! lease, as it stands then: the store judges it as a renewal's read would (a `leaderrun
+//! release` that landed between the two copies marked it revoked: not to be used); the
+//! guarded writes (release, revoke, --min-hold) compare the key's mod revision and read the
+//! key when the compare fails, so a second copy fails and shows what the first did (the
+//! --min-hold re-put finds the key on its keep's new lease: done, and that lease is kept;
+//! otherwise the store reads again); a queue entry's put rewrites the same empty value on the same
 //! lease; a lease granted twice leaves one unused, which lapses by itself at its TTL (no key
 //! is attached to it); an authentication answers a new token each time. A copy that lands
 //! late (a proposal committed after the election) meets the same compares.

@@ -25,7 +25,9 @@
 //!   touch the token key (and, for a waiter, delete its queue entry and those it passed);
 //!   otherwise read who holds it (and revoke the unused lease). A free lock costs these two
 //!   round trips; a standby re-checking a lock when it was not first in line at a release
-//!   reads it first instead.
+//!   reads it first instead. A second copy of the transaction (see `endpoints`) that finds
+//!   the key on its own lease judges it as a renewal's read would: revoked between the two
+//!   copies, it is answered as a write to confirm, and the confirming renewal finds it lost.
 //! - fencing token = the lock key's create revision. A key is only ever created anew by an
 //!   acquisition (a re-put keeps it), so every acquisition gets a larger revision than all
 //!   before it, across releases and expiries; the token key's mod revision is that same
@@ -46,7 +48,9 @@
 //!   already) goes with its first renewal, or after the release's revoke; a store that did not
 //!   take the lease itself reads the key and deletes it in a transaction guarded by the mod
 //!   revision read, then revokes the lease. With --min-hold the key is instead re-put on a
-//!   new lease of the time left, marked `kept`, which keeps its create revision (the token).
+//!   new lease of the time left, marked `kept`, which keeps its create revision (the token);
+//!   a re-put whose compare failed because its own earlier copy moved the key is done (see
+//!   `release`).
 //! - revoke: a guarded re-put with `revoked: true` that keeps the lease: nothing is freed
 //!   while a child may run. A `kept` lock has no child and no holder left: its lease is
 //!   revoked, which frees it at once.
@@ -55,7 +59,9 @@
 //! - changed (`wait`): the first wait joins the queue (a lease and one transaction that puts
 //!   the entry and reads the lock key and the queue at one revision) and opens one watch
 //!   stream with two watchers, the lock key and the queue, from the next revision, so that
-//!   nothing between the read and the watch is missed: 4 requests. The watch and the entry
+//!   nothing between the read and the watch is missed: 4 requests. The stream asks for a
+//!   member with a leader (see `client`): one cut off from the quorum ends it, and the
+//!   waiter reads again elsewhere. The watch and the entry
 //!   stay across waits (closed when the lock is won): an idle standby sends nothing, bar one
 //!   keep-alive of its entry when it waits again after a safety-net re-read.
 //!   When the lock key is deleted, the first waiter in line returns at once; the one with `n`
@@ -104,7 +110,10 @@ mod endpoints;
 mod kind;
 mod observe;
 mod queue;
+mod release;
 mod target;
+#[cfg(test)]
+mod tests;
 mod value;
 mod wait;
 mod wire;
@@ -317,18 +326,22 @@ impl EtcdStore {
         self.call("keep-alive", self.connection.keep_alive(lease_id)).await
     }
 
-    /// A transaction with one compare on the key's mod revision.
+    /// A transaction with one compare on the key's mod revision; when the compare fails, the
+    /// answer's first range is the key as it stands then.
     async fn guarded(
         &self,
         op: &'static str,
         lock: &str,
         mod_revision: i64,
         then: Vec<wire::RequestOp>,
-    ) -> Result<bool> {
+    ) -> Result<TxnResponse> {
         let key = self.lock_key(lock).into_bytes();
-        let txn =
-            TxnRequest { compare: vec![wire::mod_revision_is(&key, mod_revision)], success: then, failure: vec![] };
-        Ok(self.txn(op, txn).await?.succeeded)
+        let txn = TxnRequest {
+            compare: vec![wire::mod_revision_is(&key, mod_revision)],
+            success: then,
+            failure: vec![wire::get(&key)],
+        };
+        self.txn(op, txn).await
     }
 }
 
@@ -383,19 +396,25 @@ impl Store for EtcdStore {
         };
         // The transaction may have reached etcd twice (sent again on another member when the
         // first was slow to answer): then the second finds the key written by the first, on
-        // this very lease, and that is a win too.
+        // this very lease, as it stands now. It is judged as a renewal's read would judge it:
+        // `leaderrun release` may have marked it revoked between the two copies.
         let written = if resp.succeeded {
             resp.range(2).first()
         } else {
             resp.range(0).first().filter(|kv| self.value(kv).is_ok_and(|v| v.lease_id == lease_id))
         };
         if let Some(kv) = written {
-            let (token, mod_revision) = (kv.create_revision, kv.mod_revision);
-            let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 };
-            self.remember(&lease, Held { lease_id, mod_revision });
+            let lease =
+                Lease { lock: lock.to_string(), identity: identity.to_string(), token: kv.create_revision as u64 };
             // A holder waits for nothing: its watch would only pile up events.
             self.stop_watching();
-            return Ok(Acquire::Won(lease));
+            return Ok(match self.judge(&lease, Some(kv)).await? {
+                Ok(_) => Acquire::Won(lease),
+                // Won, and asked to stand down before it was told: not to be used. The
+                // confirming renewal finds it revoked, and the run ends as a holder revoked
+                // before its child started (giving the lease back).
+                Err(_) => Acquire::Confirm { lease, after: Duration::ZERO },
+            });
         }
         self.note_held(lock, resp.header.as_ref().map(|h| h.revision));
         // The unused lease is revoked while the holder's time left is read: one round trip.
@@ -463,36 +482,7 @@ impl Store for EtcdStore {
         }
         self.forget(lease);
         self.leave(self.spent()).await;
-        for _ in 0..MAX_RACES {
-            let Some(kv) = self.get_lock(&lease.lock).await? else {
-                return Ok(());
-            };
-            let value = self.value(&kv)?;
-            if kv.create_revision as u64 != lease.token || value.holder != lease.identity {
-                return Ok(());
-            }
-            let until_ms = value.acquired_ms.saturating_add(keep.as_millis() as u64);
-            let left = Duration::from_millis(until_ms.saturating_sub(now_ms()));
-            let key = self.lock_key(&lease.lock).into_bytes();
-            if !keep.is_zero() && !left.is_zero() {
-                // --min-hold: the key moves to a new lease of the time left. A re-put keeps
-                // the create revision, so the token stays; the holder no longer renews.
-                let new_id = self.grant(left).await?;
-                let kept = self.encode(&Value { lease_id: new_id, kept: true, ..value.clone() })?;
-                if self.guarded("release", &lease.lock, kv.mod_revision, vec![wire::put(&key, kept, new_id)]).await? {
-                    self.revoke_lease(value.lease_id).await;
-                    return Ok(());
-                }
-                self.revoke_lease(new_id).await;
-            } else if self.guarded("release", &lease.lock, kv.mod_revision, vec![wire::delete(&key)]).await? {
-                self.revoke_lease(value.lease_id).await;
-                return Ok(());
-            }
-        }
-        Err(StoreError::unavailable(format!(
-            "etcd store {}: lock {:?} kept changing during release",
-            self.shown, lease.lock
-        )))
+        self.release_by_read(lease, keep).await
     }
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
@@ -549,7 +539,7 @@ impl Store for EtcdStore {
             // Keep the lease: the lock stays taken until the holder frees it or it lapses.
             let revoked = self.encode(&Value { revoked: true, ..value })?;
             let put = wire::put_keeping_lease(self.lock_key(lock).as_bytes(), revoked);
-            if self.guarded("revoke", lock, kv.mod_revision, vec![put]).await? {
+            if self.guarded("revoke", lock, kv.mod_revision, vec![put]).await?.succeeded {
                 return Ok(Some(before));
             }
         }
