@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod azure_sas;
 pub mod azurite;
 pub mod cluster;
 pub mod datastore_emulator;

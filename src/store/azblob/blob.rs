@@ -184,17 +184,17 @@ impl Container {
         }
     }
 
-    /// Get Container Properties: refuses a container that does not exist, and credentials the
-    /// server does not take, before a run campaigns.
-    pub async fn check_container(&self) -> Result<()> {
-        let path = format!("/{}", self.name);
-        let query = [("restype", "container")];
-        let answer = self.send("GetContainerProperties", "", Method::HEAD, path, &query, &[]).await?;
+    /// Whether the container exists, and the server takes the credentials, before a run
+    /// campaigns: Get Blob Properties of `blob`, a name no lock has. A blob's own call, since a
+    /// container SAS or a user delegation SAS may not read the container's properties: its
+    /// BlobNotFound proves the container is there.
+    pub async fn check_container(&self, blob: &str) -> Result<()> {
+        let answer = self.send("GetBlobProperties", blob, Method::HEAD, self.path(blob), &[], &[]).await?;
         match (answer.status.as_u16(), answer.code()) {
-            (200, _) => Ok(()),
-            // A HEAD answer has no body: a container's 404 is the container's.
+            (200, _) | (404, "BlobNotFound") => Ok(()),
+            // Anything else a 404 says (ContainerNotFound, or no code) proves no container.
             (404, _) => Err(self.no_container()),
-            _ => Err(self.failed("GetContainerProperties", "", &answer)),
+            _ => Err(self.failed("GetBlobProperties", blob, &answer)),
         }
     }
 

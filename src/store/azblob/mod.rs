@@ -39,7 +39,10 @@
 //! `abandon`, a fresh process) can renew or release it: anyone who may read the blob may
 //! learn it, but leasing needs write permission, which breaks any lease anyway.
 //!
-//! A missing container is refused (exit 69) naming it; nothing but blobs is ever created. A
+//! A run first reads a blob that is never a lock's (`PREFIX.container-check`): its
+//! BlobNotFound proves the container exists, where Get Container Properties would need more
+//! than a container SAS or a user delegation SAS grants. A missing container is refused
+//! (exit 69) naming it; nothing but blobs is ever created. A
 //! wrong key, an expired SAS or a missing permission (403) is refused in one line, without
 //! the key, the SAS or Azure's message (which quotes the signature).
 
@@ -70,6 +73,9 @@ use crate::store::{poll_until_free, Access, Acquire, Lease, LockRecord, Renew, R
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How often a new token's acquisition asks the server's clock while it settles.
 const SETTLE_POLL: Duration = Duration::from_millis(250);
+/// The blob (under the prefix) whose absence shows that the container exists: a lock's blob
+/// never starts with `.` (`record.rs` writes it `%2E`).
+const CONTAINER_CHECK: &str = ".container-check";
 /// The break period of a revoke: the longest Azure takes, at least what remains of any lease.
 const BREAK_PERIOD: &str = "60";
 
@@ -125,7 +131,7 @@ impl AzBlobStore {
             credentials::from_env(target).map_err(|why| StoreError::refused(format!("{}: {why}", target.shown)))?;
         let store = Self::with_account(target, account)?;
         if access == Access::Create {
-            store.container.check_container().await?;
+            store.check_container().await?;
         }
         Ok(store)
     }
@@ -137,7 +143,7 @@ impl AzBlobStore {
             .map_err(|why| StoreError::refused(format!("{}: {why}", target.shown)))?;
         let store = Self::with_account(target, account)?;
         if access == Access::Create {
-            store.container.check_container().await?;
+            store.check_container().await?;
         }
         Ok(store)
     }
@@ -146,6 +152,11 @@ impl AzBlobStore {
         let container =
             Container { api: Api::new(account)?, name: target.container.clone(), shown: target.shown.clone() };
         Ok(Self { container, prefix: target.prefix.clone(), taken: Mutex::default(), proposed: Mutex::default() })
+    }
+
+    /// Refuse a missing container, and credentials the server does not take.
+    async fn check_container(&self) -> Result<()> {
+        self.container.check_container(&format!("{}{CONTAINER_CHECK}", self.prefix)).await
     }
 
     /// Create the container (tests and embedders only: a run never creates one).
