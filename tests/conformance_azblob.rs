@@ -2,8 +2,9 @@
 //! that leases survive a restart), and what only this store has: a missing container named,
 //! a wrong key and a bad SAS refused in one line without them, an account SAS, a container
 //! SAS and a user delegation SAS that work, tokens that outlive a deleted blob, a revoke that
-//! keeps everyone out until the holder lets go or the lease would have expired, and a keep
-//! judged on the server's clock.
+//! keeps everyone out until the holder lets go or the lease would have expired, a keep judged
+//! on the server's clock, and a keep that a renewal's metadata write landing after it does
+//! not erase.
 //!
 //! Each client is given its connection string (in-process clients cannot each have an
 //! environment of their own; the end-to-end tests set AZURE_STORAGE_CONNECTION_STRING).
@@ -20,6 +21,7 @@ use leaderrun::store::azblob::{AzBlobStore, Target};
 use leaderrun::store::{Access, Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::azure_sas::{account_sas, container_sas, sas_connection_string, user_delegation_sas};
 use servers::azurite::{connection_string, Azurite, ACCOUNT, CONTAINER, KEY, WRONG_KEY};
+use servers::gate::Gate;
 use servers::TestServer;
 
 struct Az {
@@ -251,4 +253,59 @@ async fn a_container_sas_and_a_user_delegation_sas_start_a_run() {
     let sig = unreadable.split("sig=").nth(1).unwrap().to_string();
     let err = open(&url, &sas_connection_string(az.server.port(), &unreadable), Access::Create).await.err();
     assert_refusal(&err.expect("opened with a SAS that cannot read"), "HTTP 403", &[&sig, KEY]);
+}
+
+/// A renewal notes its time in the metadata after Renew Lease; a release with --min-hold writes
+/// its keep there just before Release Lease. A renewal's write that lands between the two (here
+/// a second client of the same identity, whose requests a gate holds in that order) must not
+/// erase the keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewals_metadata_write_never_erases_a_keep() {
+    let az = az().await;
+    let (releasing, renewing) = (Gate::start(az.server.port()), Gate::start(az.server.port()));
+    let url = Azurite::url_of(CONTAINER, "");
+    let a = open(&url, &connection_string(releasing.port(), KEY), Access::Create).await.unwrap();
+    let a_too = open(&url, &connection_string(renewing.port(), KEY), Access::Create).await.unwrap();
+    let b = az.store().await;
+    let lock = unique("renew-keep");
+    let lease = won(&*a, &lock, "a", TTL).await;
+
+    renewing.arm("comp=metadata");
+    let renewal = tokio::spawn({
+        let (a_too, lease) = (a_too.clone(), lease.clone());
+        async move { a_too.renew(&lease, TTL).await }
+    });
+    tokio::task::block_in_place(|| renewing.wait_held());
+    releasing.arm("x-ms-lease-action: release");
+    let release = tokio::spawn({
+        let (a, lease) = (a.clone(), lease.clone());
+        async move { a.release(&lease, Duration::from_secs(60)).await }
+    });
+    tokio::task::block_in_place(|| releasing.wait_held());
+    renewing.open();
+    assert_eq!(renewal.await.unwrap().unwrap(), Renew::Renewed);
+    releasing.open();
+    release.await.unwrap().unwrap();
+
+    match b.acquire(&lock, "b", TTL).await.unwrap() {
+        Acquire::Held(record) => assert!(record.kept && record.holder.as_deref() == Some("a"), "{record:?}"),
+        other => panic!("the renewal's metadata write erased the keep: {other:?}"),
+    }
+}
+
+/// A renewal still shows in `status` (its time is written, guarded by the blob's ETag): a lease
+/// renewed 4 s into its 15 s shows more than 11 s left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_shows_in_status() {
+    let az = az().await;
+    let (a, b) = (az.store().await, az.store().await);
+    let lock = unique("renewed");
+    let ttl = Duration::from_secs(15);
+    let lease = won(&a, &lock, "a", ttl).await;
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(a.renew(&lease, ttl).await.unwrap(), Renew::Renewed);
+        let left = b.status(&lock).await.unwrap().expires_in.expect("held");
+        assert!(left > Duration::from_secs(11), "{left:?} left just after a renewal of a 15 s lease");
+    }
 }

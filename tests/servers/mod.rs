@@ -10,6 +10,7 @@ pub mod datastore_emulator;
 pub mod etcd;
 pub mod etcd_cluster;
 pub mod fake_gcs;
+pub mod gate;
 pub mod kubernetes;
 pub mod mariadb;
 pub mod moto;
