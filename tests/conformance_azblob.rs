@@ -1,8 +1,10 @@
 //! The conformance suite against Azurite (one server per test, keeping its blobs on disk so
 //! that leases survive a restart), and what only this store has: a missing container named,
-//! a wrong key and a bad SAS refused in one line without them, a SAS that works, tokens that
-//! outlive a deleted blob, a revoke that keeps everyone out until the holder lets go or the
-//! lease would have expired, and a keep judged on the server's clock.
+//! a wrong key and a bad SAS refused in one line without them, an account SAS, a container
+//! SAS and a user delegation SAS that work, tokens that outlive a deleted blob, a revoke that
+//! keeps everyone out until the holder lets go or the lease would have expired, a keep judged
+//! on the server's clock, and a keep that a renewal's metadata write landing after it does
+//! not erase.
 //!
 //! Each client is given its connection string (in-process clients cannot each have an
 //! environment of their own; the end-to-end tests set AZURE_STORAGE_CONNECTION_STRING).
@@ -11,13 +13,15 @@ mod conformance;
 mod servers;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use conformance::{held, unique, won, Harness, SOON, TTL};
 use leaderrun::store::azblob::{AzBlobStore, Target};
 use leaderrun::store::{Access, Acquire, ErrorKind, Renew, Store, StoreError};
+use servers::azure_sas::{account_sas, container_sas, sas_connection_string, user_delegation_sas};
 use servers::azurite::{connection_string, Azurite, ACCOUNT, CONTAINER, KEY, WRONG_KEY};
+use servers::gate::Gate;
 use servers::TestServer;
 
 struct Az {
@@ -85,36 +89,6 @@ async fn a_wrong_key_is_refused_in_one_line_without_it() {
     assert_refusal(&err, "HTTP 403", &[KEY, WRONG_KEY]);
     let store = open(&url, &wrong, Access::Existing).await.unwrap();
     assert_refusal(&store.acquire("x", "a", TTL).await.unwrap_err(), "HTTP 403", &[KEY, WRONG_KEY]);
-}
-
-/// An account SAS for the blob service, signed with the development key.
-fn account_sas(permissions: &str, key: &str) -> String {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let expiry = format_iso(SystemTime::now() + Duration::from_secs(3600));
-    let version = "2021-06-08";
-    let to_sign = format!("{ACCOUNT}\n{permissions}\nb\nsco\n\n{expiry}\n\nhttps,http\n{version}\n\n");
-    let signing_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &b64.decode(key).unwrap());
-    let sig = b64.encode(ring::hmac::sign(&signing_key, to_sign.as_bytes()).as_ref());
-    let encode = |s: &str| s.replace('+', "%2B").replace('/', "%2F").replace('=', "%3D").replace(':', "%3A");
-    format!("sv={version}&ss=b&srt=sco&sp={permissions}&se={}&spr=https,http&sig={}", encode(&expiry), encode(&sig))
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ`
-fn format_iso(at: SystemTime) -> String {
-    let secs = at.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -239,4 +213,99 @@ async fn leases_longer_than_azure_keeps_are_refused() {
     // A 15 s lease, read a second or two later (a new blob's token waits out its second).
     let left = store.status(&lease.lock).await.unwrap().expires_in.expect("held");
     assert!(left > Duration::from_secs(10), "{left:?} left of a lease asked for 1.5 s");
+}
+
+/// A container SAS and a user delegation SAS (both `sr=c`, what the docs and the Container
+/// Apps example recommend) reach only the container's blobs, not the container itself: a run
+/// opens with either, takes, renews, lists, revokes and releases, and a missing container is
+/// still named. A SAS without read is refused in one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_container_sas_and_a_user_delegation_sas_start_a_run() {
+    let az = az().await;
+    let url = Azurite::url_of(CONTAINER, "scoped");
+    let sas_for = |kind: &str, container: &str| match kind {
+        "container" => container_sas(container, "racwl", KEY),
+        _ => user_delegation_sas(container, "racwl"),
+    };
+    for kind in ["container", "user delegation"] {
+        let connection = sas_connection_string(az.server.port(), &sas_for(kind, CONTAINER));
+        let a = open(&url, &connection, Access::Create).await.unwrap_or_else(|e| panic!("{kind} SAS: {}", e.message));
+        let (b, admin) = (open(&url, &connection, Access::Create).await.unwrap(), az.store().await);
+        let lock = unique("scoped");
+        let lease = won(&*a, &lock, "a", TTL).await;
+        held(&*b, &lock, "b").await;
+        assert_eq!(a.renew(&lease, TTL).await.unwrap(), Renew::Renewed, "{kind} SAS");
+        assert!(b.list().await.unwrap().iter().any(|r| r.lock == lock), "{kind} SAS lists");
+        assert!(b.revoke(&lock).await.unwrap().is_some(), "{kind} SAS revokes");
+        assert!(matches!(a.renew(&lease, TTL).await.unwrap(), Renew::Lost(_)), "{kind} SAS: a revoked lease");
+        a.release(&lease, Duration::ZERO).await.unwrap();
+        let next = won(&*b, &lock, "b", TTL).await;
+        assert!(next.token > lease.token);
+        b.release(&next, Duration::ZERO).await.unwrap();
+        assert!(!admin.status(&lock).await.unwrap().is_held());
+
+        let elsewhere = sas_connection_string(az.server.port(), &sas_for(kind, "no-such-container"));
+        let missing = Azurite::url_of("no-such-container", "");
+        let err = open(&missing, &elsewhere, Access::Create).await.err().expect("a missing container opened");
+        assert_refusal(&err, "the container \"no-such-container\" does not exist", &[KEY]);
+    }
+    let unreadable = container_sas(CONTAINER, "acwl", KEY);
+    let sig = unreadable.split("sig=").nth(1).unwrap().to_string();
+    let err = open(&url, &sas_connection_string(az.server.port(), &unreadable), Access::Create).await.err();
+    assert_refusal(&err.expect("opened with a SAS that cannot read"), "HTTP 403", &[&sig, KEY]);
+}
+
+/// A renewal notes its time in the metadata after Renew Lease; a release with --min-hold writes
+/// its keep there just before Release Lease. A renewal's write that lands between the two (here
+/// a second client of the same identity, whose requests a gate holds in that order) must not
+/// erase the keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewals_metadata_write_never_erases_a_keep() {
+    let az = az().await;
+    let (releasing, renewing) = (Gate::start(az.server.port()), Gate::start(az.server.port()));
+    let url = Azurite::url_of(CONTAINER, "");
+    let a = open(&url, &connection_string(releasing.port(), KEY), Access::Create).await.unwrap();
+    let a_too = open(&url, &connection_string(renewing.port(), KEY), Access::Create).await.unwrap();
+    let b = az.store().await;
+    let lock = unique("renew-keep");
+    let lease = won(&*a, &lock, "a", TTL).await;
+
+    renewing.arm("comp=metadata");
+    let renewal = tokio::spawn({
+        let (a_too, lease) = (a_too.clone(), lease.clone());
+        async move { a_too.renew(&lease, TTL).await }
+    });
+    tokio::task::block_in_place(|| renewing.wait_held());
+    releasing.arm("x-ms-lease-action: release");
+    let release = tokio::spawn({
+        let (a, lease) = (a.clone(), lease.clone());
+        async move { a.release(&lease, Duration::from_secs(60)).await }
+    });
+    tokio::task::block_in_place(|| releasing.wait_held());
+    renewing.open();
+    assert_eq!(renewal.await.unwrap().unwrap(), Renew::Renewed);
+    releasing.open();
+    release.await.unwrap().unwrap();
+
+    match b.acquire(&lock, "b", TTL).await.unwrap() {
+        Acquire::Held(record) => assert!(record.kept && record.holder.as_deref() == Some("a"), "{record:?}"),
+        other => panic!("the renewal's metadata write erased the keep: {other:?}"),
+    }
+}
+
+/// A renewal still shows in `status` (its time is written, guarded by the blob's ETag): a lease
+/// renewed 4 s into its 15 s shows more than 11 s left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_shows_in_status() {
+    let az = az().await;
+    let (a, b) = (az.store().await, az.store().await);
+    let lock = unique("renewed");
+    let ttl = Duration::from_secs(15);
+    let lease = won(&a, &lock, "a", ttl).await;
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(a.renew(&lease, ttl).await.unwrap(), Renew::Renewed);
+        let left = b.status(&lock).await.unwrap().expires_in.expect("held");
+        assert!(left > Duration::from_secs(11), "{left:?} left just after a renewal of a 15 s lease");
+    }
 }

@@ -3,12 +3,14 @@
 
 #![allow(dead_code)]
 
+pub mod azure_sas;
 pub mod azurite;
 pub mod cluster;
 pub mod datastore_emulator;
 pub mod etcd;
 pub mod etcd_cluster;
 pub mod fake_gcs;
+pub mod gate;
 pub mod kubernetes;
 pub mod mariadb;
 pub mod moto;

@@ -16,11 +16,18 @@ use crate::store::{Result, StoreError};
 /// Blobs listed per page (the service's most).
 const PAGE: &str = "5000";
 
-/// A blob's lease state and metadata, and the server's clock when read.
+/// A blob's lease state, metadata and ETag, and the server's clock when read.
 pub struct Properties {
     pub lease: LeaseState,
     pub meta: Meta,
+    pub etag: String,
     pub date: Option<SystemTime>,
+}
+
+/// What a metadata write answered: the server's clock, and the blob's new ETag.
+pub struct Written {
+    pub date: Option<SystemTime>,
+    pub etag: String,
 }
 
 /// What a lease request did.
@@ -107,7 +114,8 @@ impl Container {
         match (answer.status.as_u16(), answer.code()) {
             (200, _) => {
                 let lease = LeaseState::parse(answer.header("x-ms-lease-state"));
-                let properties = Properties { lease, meta: Meta::parse(&answer.metadata()), date: answer.date };
+                let (meta, etag) = (Meta::parse(&answer.metadata()), answer.header("etag").to_string());
+                let properties = Properties { lease, meta, etag, date: answer.date };
                 Ok((Some(properties), answer.date))
             }
             // A HEAD answer has no body, only the code: a blob's 404 without one is a blob's.
@@ -142,16 +150,26 @@ impl Container {
         }
     }
 
-    /// Set Blob Metadata under `lease`: `Ok(None)` if the lease is not (or no longer) the
-    /// blob's, or the blob is gone; else the server's clock.
-    pub async fn set_metadata(&self, blob: &str, lease: &str, meta: &Meta) -> Result<Option<Option<SystemTime>>> {
+    /// Set Blob Metadata under `lease`, and only over the blob's ETag `if_match` if given:
+    /// `Ok(None)` if the lease is not (or no longer) the blob's, the ETag has moved, or the
+    /// blob is gone.
+    pub async fn set_metadata(
+        &self,
+        blob: &str,
+        lease: &str,
+        meta: &Meta,
+        if_match: Option<&str>,
+    ) -> Result<Option<Written>> {
         let mut headers: Vec<(String, String)> = meta.headers();
         headers.push(("x-ms-lease-id".into(), lease.to_string()));
+        if let Some(etag) = if_match {
+            headers.push(("If-Match".into(), etag.to_string()));
+        }
         let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
         let query = [("comp", "metadata")];
         let answer = self.send("SetBlobMetadata", blob, Method::PUT, self.path(blob), &query, &headers).await?;
         match (answer.status.as_u16(), answer.code()) {
-            (200, _) => Ok(Some(answer.date)),
+            (200, _) => Ok(Some(Written { date: answer.date, etag: answer.header("etag").to_string() })),
             (409 | 412, _) | (404, "BlobNotFound") => Ok(None),
             _ => Err(self.failed("SetBlobMetadata", blob, &answer)),
         }
@@ -184,17 +202,17 @@ impl Container {
         }
     }
 
-    /// Get Container Properties: refuses a container that does not exist, and credentials the
-    /// server does not take, before a run campaigns.
-    pub async fn check_container(&self) -> Result<()> {
-        let path = format!("/{}", self.name);
-        let query = [("restype", "container")];
-        let answer = self.send("GetContainerProperties", "", Method::HEAD, path, &query, &[]).await?;
+    /// Whether the container exists, and the server takes the credentials, before a run
+    /// campaigns: Get Blob Properties of `blob`, a name no lock has. A blob's own call, since a
+    /// container SAS or a user delegation SAS may not read the container's properties: its
+    /// BlobNotFound proves the container is there.
+    pub async fn check_container(&self, blob: &str) -> Result<()> {
+        let answer = self.send("GetBlobProperties", blob, Method::HEAD, self.path(blob), &[], &[]).await?;
         match (answer.status.as_u16(), answer.code()) {
-            (200, _) => Ok(()),
-            // A HEAD answer has no body: a container's 404 is the container's.
+            (200, _) | (404, "BlobNotFound") => Ok(()),
+            // Anything else a 404 says (ContainerNotFound, or no code) proves no container.
             (404, _) => Err(self.no_container()),
-            _ => Err(self.failed("GetContainerProperties", "", &answer)),
+            _ => Err(self.failed("GetBlobProperties", blob, &answer)),
         }
     }
 

@@ -11,10 +11,12 @@
 //!   is the lock won; if that write fails the lease is released. 409 (LeaseAlreadyPresent):
 //!   held.
 //! - renew: Renew Lease (the duration restarts from now), then, best effort, the renewal's
-//!   time in the metadata (for `expires_in` only). A lease that is breaking, released or
-//!   someone else's answers 409: lost.
+//!   time in the metadata (for `expires_in` only), with `If-Match` on the ETag of the metadata
+//!   it rewrites, so that it never erases a keep that a release wrote since. A lease that is
+//!   breaking, released or someone else's answers 409: lost.
 //! - release: Release Lease. With --min-hold, the metadata first gets `leaderrun_kept_until`
-//!   (acquisition + keep, on the server's clock): the lease goes, but an acquirer that finds
+//!   (acquisition + keep + the second a `Date` may hide, on the server's clock, so that it
+//!   never ends early): the lease goes, but an acquirer that finds
 //!   the keep running (judged against the `Date` of its own read) releases the lease it just
 //!   took and reports the lock held. A keep that has passed by the holder's own elapsed time
 //!   since its acquire was sent frees the lock at once. No wall clock is used anywhere.
@@ -39,7 +41,10 @@
 //! `abandon`, a fresh process) can renew or release it: anyone who may read the blob may
 //! learn it, but leasing needs write permission, which breaks any lease anyway.
 //!
-//! A missing container is refused (exit 69) naming it; nothing but blobs is ever created. A
+//! A run first reads a blob that is never a lock's (`PREFIX.container-check`): its
+//! BlobNotFound proves the container exists, where Get Container Properties would need more
+//! than a container SAS or a user delegation SAS grants. A missing container is refused
+//! (exit 69) naming it; nothing but blobs is ever created. A
 //! wrong key, an expired SAS or a missing permission (403) is refused in one line, without
 //! the key, the SAS or Azure's message (which quotes the signature).
 
@@ -53,7 +58,7 @@ mod target;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 pub use kind::{KIND, LEASE_LIMITS};
@@ -62,7 +67,7 @@ use tokio::time::Instant;
 
 use self::api::Api;
 use self::blob::{Container, LeaseAnswer, Properties};
-use self::record::{blob_of, lock_of, millis, record, LeaseState, Meta};
+use self::record::{blob_of, kept_until, lock_of, millis, record, LeaseState, Meta};
 use crate::store::client_timed::server_clock::{create_is_settled, floor};
 use crate::store::{poll_until_free, Access, Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
@@ -70,6 +75,9 @@ use crate::store::{poll_until_free, Access, Acquire, Lease, LockRecord, Renew, R
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How often a new token's acquisition asks the server's clock while it settles.
 const SETTLE_POLL: Duration = Duration::from_millis(250);
+/// The blob (under the prefix) whose absence shows that the container exists: a lock's blob
+/// never starts with `.` (`record.rs` writes it `%2E`).
+const CONTAINER_CHECK: &str = ".container-check";
 /// The break period of a revoke: the longest Azure takes, at least what remains of any lease.
 const BREAK_PERIOD: &str = "60";
 
@@ -84,8 +92,21 @@ struct Taken {
     token: u64,
     lease_id: String,
     meta: Meta,
+    /// The blob's ETag after this store's latest metadata write (`None`: unknown, a write
+    /// failed).
+    etag: Option<String>,
     /// When its acquire was sent, on this host's elapsed-time clock.
     sent: Instant,
+}
+
+/// A lease of this identity, found in this store's note or in the blob's metadata.
+struct Found {
+    lease_id: String,
+    meta: Meta,
+    /// The ETag that `meta` was read or written with, if known.
+    etag: Option<String>,
+    /// When its acquire was sent, if this store took it.
+    sent: Option<Instant>,
 }
 
 pub struct AzBlobStore {
@@ -125,7 +146,7 @@ impl AzBlobStore {
             credentials::from_env(target).map_err(|why| StoreError::refused(format!("{}: {why}", target.shown)))?;
         let store = Self::with_account(target, account)?;
         if access == Access::Create {
-            store.container.check_container().await?;
+            store.check_container().await?;
         }
         Ok(store)
     }
@@ -137,7 +158,7 @@ impl AzBlobStore {
             .map_err(|why| StoreError::refused(format!("{}: {why}", target.shown)))?;
         let store = Self::with_account(target, account)?;
         if access == Access::Create {
-            store.container.check_container().await?;
+            store.check_container().await?;
         }
         Ok(store)
     }
@@ -146,6 +167,11 @@ impl AzBlobStore {
         let container =
             Container { api: Api::new(account)?, name: target.container.clone(), shown: target.shown.clone() };
         Ok(Self { container, prefix: target.prefix.clone(), taken: Mutex::default(), proposed: Mutex::default() })
+    }
+
+    /// Refuse a missing container, and credentials the server does not take.
+    async fn check_container(&self) -> Result<()> {
+        self.container.check_container(&format!("{}{CONTAINER_CHECK}", self.prefix)).await
     }
 
     /// Create the container (tests and embedders only: a run never creates one).
@@ -176,21 +202,47 @@ impl AzBlobStore {
         }
     }
 
-    /// The lease id and metadata of `lease`, if the blob still carries its token: from this
-    /// store's own note, else from the metadata (another client of the same identity). Also
-    /// when the acquire was sent, if this store took it.
-    async fn find(&self, lease: &Lease, blob: &str) -> Result<Option<(String, Meta, Option<Instant>)>> {
+    /// `lease`, if the blob still carries its token: from this store's own note, else from the
+    /// metadata (another client of the same identity).
+    async fn find(&self, lease: &Lease, blob: &str) -> Result<Option<Found>> {
         if let Some(t) = self.taken.lock().unwrap().get(&lease.lock) {
             if t.identity == lease.identity && t.token == lease.token {
-                return Ok(Some((t.lease_id.clone(), t.meta.clone(), Some(t.sent))));
+                let (lease_id, meta, etag) = (t.lease_id.clone(), t.meta.clone(), t.etag.clone());
+                return Ok(Some(Found { lease_id, meta, etag, sent: Some(t.sent) }));
             }
         }
         let (properties, _) = self.container.properties(blob).await?;
         Ok(properties.and_then(|p| {
             let ours = p.meta.holder.as_deref() == Some(&lease.identity) && p.meta.token == Some(lease.token);
-            let id = p.meta.lease.clone().filter(|_| ours)?;
-            Some((id, p.meta, None))
+            let lease_id = p.meta.lease.clone().filter(|_| ours)?;
+            Some(Found { lease_id, meta: p.meta, etag: Some(p.etag), sent: None })
         }))
+    }
+
+    /// Note a renewal's time in the metadata (for `status` only), over the ETag of the metadata
+    /// it rewrites: a --min-hold keep that a release wrote since (this store's, or the same
+    /// identity's other client's) must not be erased, so a write that finds the ETag moved is
+    /// dropped. With no ETag known (an earlier note failed), the blob is read first.
+    async fn note_renewal(&self, lease: &Lease, blob: &str, found: Found, date: Option<SystemTime>) {
+        let (meta, etag) = match found.etag {
+            Some(etag) => (found.meta, etag),
+            None => match self.container.properties(blob).await {
+                Ok((Some(p), _)) => (p.meta, p.etag),
+                _ => return,
+            },
+        };
+        let meta = Meta { renewed_ms: millis(date).max(meta.renewed_ms), ..meta };
+        let written = self.container.set_metadata(blob, &found.lease_id, &meta, Some(&etag)).await;
+        if let Err(err) = &written {
+            tracing::debug!("noting a renewal's time failed: {}", err.message);
+        }
+        let mut taken = self.taken.lock().unwrap();
+        if let Some(t) = taken.get_mut(&lease.lock).filter(|t| t.lease_id == found.lease_id) {
+            match written {
+                Ok(Some(w)) => (t.meta, t.etag) = (meta, Some(w.etag)),
+                _ => t.etag = None,
+            }
+        }
     }
 
     /// The record of a lock someone else was just found to hold. A lease taken a moment ago
@@ -209,7 +261,7 @@ impl AzBlobStore {
         blob: &str,
         lease_id: &str,
         seconds: u64,
-    ) -> Result<std::result::Result<(u64, Meta), LockRecord>> {
+    ) -> Result<std::result::Result<(u64, Meta, String), LockRecord>> {
         let (Some(Properties { meta: stored, date, .. }), _) = self.container.properties(blob).await? else {
             return Err(StoreError::unavailable(format!(
                 "{}: the blob of lock {lock:?} was deleted as it was taken",
@@ -236,9 +288,11 @@ impl AzBlobStore {
                 self.container.shown
             ))
         };
-        let Some(written) = self.container.set_metadata(blob, lease_id, &meta).await? else { return Err(lost()) };
-        let mut now = written;
-        while fresh && !create_is_settled(written, now) {
+        let Some(written) = self.container.set_metadata(blob, lease_id, &meta, None).await? else {
+            return Err(lost());
+        };
+        let mut now = written.date;
+        while fresh && !create_is_settled(written.date, now) {
             tokio::time::sleep(SETTLE_POLL).await;
             let (properties, date) = self.container.properties(blob).await?;
             match properties {
@@ -246,7 +300,7 @@ impl AzBlobStore {
                 _ => return Err(lost()),
             }
         }
-        Ok(Ok((token, meta)))
+        Ok(Ok((token, meta, written.etag)))
     }
 
     /// End a --min-hold keep: take the lease, clear the keep, release it. Someone may hold the
@@ -264,7 +318,7 @@ impl AzBlobStore {
                     let written = match properties {
                         Some(Properties { meta, .. }) if meta.kept_until_ms > 0 => {
                             let meta = Meta { kept_until_ms: 0, ..meta };
-                            self.container.set_metadata(blob, &lease_id, &meta).await.map(drop)
+                            self.container.set_metadata(blob, &lease_id, &meta, None).await.map(drop)
                         }
                         _ => Ok(()),
                     };
@@ -311,11 +365,11 @@ impl Store for AzBlobStore {
                 self.let_go(&blob, &lease_id).await;
             }
             self.proposed.lock().unwrap().remove(lock);
-            let (token, meta) = match taken? {
+            let (token, meta, etag) = match taken? {
                 Ok(won) => won,
                 Err(kept) => return Ok(Acquire::Held(kept)),
             };
-            let note = Taken { identity: identity.to_string(), token, lease_id, meta, sent };
+            let note = Taken { identity: identity.to_string(), token, lease_id, meta, etag: Some(etag), sent };
             self.taken.lock().unwrap().insert(lock.to_string(), note);
             return Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token }));
         }
@@ -324,20 +378,12 @@ impl Store for AzBlobStore {
 
     async fn renew(&self, lease: &Lease, _ttl: Duration) -> Result<Renew> {
         let blob = self.blob(&lease.lock)?;
-        let Some((lease_id, meta, _)) = self.find(lease, &blob).await? else {
+        let Some(found) = self.find(lease, &blob).await? else {
             return Ok(Renew::Lost(Some(self.status(&lease.lock).await?)));
         };
-        match self.lease(&blob, "renew", &lease_id).await? {
+        match self.lease(&blob, "renew", &found.lease_id).await? {
             LeaseAnswer::Done(date) => {
-                let meta = Meta { renewed_ms: millis(date).max(meta.renewed_ms), ..meta };
-                match self.container.set_metadata(&blob, &lease_id, &meta).await {
-                    Ok(_) => {
-                        if let Some(t) = self.taken.lock().unwrap().get_mut(&lease.lock) {
-                            t.meta = meta;
-                        }
-                    }
-                    Err(err) => tracing::debug!("noting a renewal's time failed: {}", err.message),
-                }
+                self.note_renewal(lease, &blob, found, date).await;
                 Ok(Renew::Renewed)
             }
             LeaseAnswer::Conflict | LeaseAnswer::NoBlob => {
@@ -349,12 +395,12 @@ impl Store for AzBlobStore {
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
         let blob = self.blob(&lease.lock)?;
-        let Some((lease_id, meta, sent)) = self.find(lease, &blob).await? else { return Ok(()) };
+        let Some(Found { lease_id, meta, sent, .. }) = self.find(lease, &blob).await? else { return Ok(()) };
         // A keep that has passed by this host's own count frees the lock now.
         if !keep.is_zero() && sent.is_none_or(|sent| sent.elapsed() < keep) {
-            let kept_until_ms = meta.acquired_ms.saturating_add(keep.as_millis().min(u64::MAX as u128) as u64);
+            let kept_until_ms = kept_until(meta.acquired_ms, keep);
             // A lease that is breaking may refuse the write: it is released all the same.
-            self.container.set_metadata(&blob, &lease_id, &Meta { kept_until_ms, ..meta }).await?;
+            self.container.set_metadata(&blob, &lease_id, &Meta { kept_until_ms, ..meta }, None).await?;
         }
         self.lease(&blob, "release", &lease_id).await?;
         let mut taken = self.taken.lock().unwrap();

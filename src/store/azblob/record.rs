@@ -112,6 +112,18 @@ impl Meta {
     }
 }
 
+/// Until when a --min-hold keep of `keep` holds the lock, on the server's clock, for a lease
+/// whose acquisition was noted at `acquired_ms`. That came from a `Date`, which counts whole
+/// seconds: the lease was taken up to a second later, so the keep gets that second more and
+/// never ends before the time asked.
+pub fn kept_until(acquired_ms: u64, keep: Duration) -> u64 {
+    let keep_ms = keep.as_millis().min(u128::from(u64::MAX)) as u64;
+    acquired_ms.saturating_add(DATE_RESOLUTION_MS).saturating_add(keep_ms)
+}
+
+/// How much later than its `Date` an answer may have been made: a `Date` counts whole seconds.
+const DATE_RESOLUTION_MS: u64 = 1_000;
+
 /// A metadata value: printable ASCII only, so everything else (and `%`) is `%XX`.
 fn encode_value(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -219,6 +231,17 @@ mod tests {
             meta.headers().into_iter().map(|(n, v)| (n.trim_start_matches("x-ms-meta-").to_string(), v)).collect();
         assert!(headers.values().all(|v| v.is_ascii()));
         assert_eq!(Meta::parse(&headers), meta);
+    }
+
+    /// The acquisition is noted from a `Date`, which counts whole seconds: it happened up to a
+    /// second after the time noted, and a keep never ends before the time asked.
+    #[test]
+    fn a_keep_allows_for_the_whole_second_of_date() {
+        let noted = 1_000_000; // "…:40 GMT": the lease was taken at :40.000 to :40.999
+        let keep = Duration::from_secs(4);
+        assert!(kept_until(noted, keep) >= noted + 999 + 4_000, "a keep that may end early");
+        assert!(kept_until(noted, keep) <= noted + 1_000 + 4_000, "longer than the second needs");
+        assert_eq!(kept_until(u64::MAX - 5, keep), u64::MAX);
     }
 
     #[test]

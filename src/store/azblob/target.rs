@@ -4,7 +4,8 @@
 //! The URL names only where the locks live. The key, a SAS token or a connection string (and
 //! with it an endpoint of its own, such as Azurite's) come from the variables the Azure CLI
 //! reads (`credentials.rs`): a URL with a user, a password or a query is refused, so that no
-//! secret ever sits in a command line or a process listing.
+//! secret ever sits in a command line or a process listing. A prefix with `.` or `..`
+//! segments or a `\` is refused: the HTTP client would send another path than the one signed.
 
 use crate::store::url::percent_decode;
 
@@ -43,6 +44,11 @@ impl Target {
         let path = percent_decode(path.trim_matches('/'));
         if path.chars().any(char::is_control) {
             return Err("the prefix may not contain control characters".into());
+        }
+        // An HTTP client drops `.` and `..` segments from the path it sends, and Azure reads `\`
+        // as `/`: the blob reached would not be the one named (nor the path signed).
+        if path.contains('\\') || path.split('/').any(|segment| segment == "." || segment == "..") {
+            return Err(format!("the prefix {path:?} may not have `.` or `..` segments or a `\\`"));
         }
         let prefix = if path.is_empty() { DEFAULT_PREFIX.to_string() } else { format!("{path}/") };
         let shown = format!("azblob://{authority}/{container}/{}", prefix.trim_end_matches('/'));
@@ -115,6 +121,28 @@ mod tests {
         assert!(err("s3://acct1/locks").contains("expected azblob://"));
         assert!(err("azblob://acct1/locks?sig=abc").contains("AZURE_STORAGE_SAS_TOKEN"));
         assert!(err("azblob://acct1/locks/a%0Ab").contains("control characters"));
+    }
+
+    /// reqwest removes `.` and `..` segments from a path (and Azure takes `\` for `/`):
+    /// the path sent would differ from the path signed, or a SAS would reach another path.
+    #[test]
+    fn dot_segments_and_backslashes_in_the_prefix_are_refused() {
+        for (url, prefix) in [
+            ("azblob://acct1/locks/.", "."),
+            ("azblob://acct1/locks/..", ".."),
+            ("azblob://acct1/locks/a/../b", "a/../b"),
+            ("azblob://acct1/locks/./a/", "./a"),
+            ("azblob://acct1/locks/a/%2E%2E/b", "a/../b"),
+            ("azblob://acct1/locks/a%2F..", "a/.."),
+            ("azblob://acct1/locks/a%5Cb", "a\\b"),
+        ] {
+            let why = Target::parse(url).expect_err(url);
+            assert!(why.contains(&format!("{prefix:?}")), "{url}: the prefix is not named: {why}");
+            assert!(!why.contains('\n'), "{why}");
+        }
+        for fine in ["azblob://acct1/locks/a.b/..c/...", "azblob://acct1/locks/.a/b."] {
+            Target::parse(fine).unwrap_or_else(|why| panic!("{fine}: {why}"));
+        }
     }
 
     #[test]
