@@ -209,7 +209,8 @@ pub enum Command {
     /// it (a write already on its way still lands): a fencing token checked by the resource
     /// written to closes it. Anywhere else it reads the store, as linearizably as the store
     /// can; a lease only kept for --min-hold (its child has exited) counts as not held there.
-    /// Exit status: 0 held, 1 not held, 2 bad usage, 69 the store cannot tell.
+    /// A child asking about another lock or slot names the store with --store: LEADERRUN_STORE
+    /// does not reach it. Exit status: 0 held, 1 not held, 2 bad usage, 69 the store cannot tell.
     Check {
         /// The lock to ask about. Default: LEADERRUN_LOCK, the lock of the leaderrun whose child
         /// this is.

@@ -3,6 +3,7 @@
 
 pub mod cgroup;
 mod command;
+mod environment;
 pub mod group;
 pub mod signals;
 mod spawn;

@@ -19,7 +19,7 @@
 //! Where `clone3` is refused (an older kernel, a seccomp profile answering ENOSYS or
 //! EPERM), `spawn` says so and the supervisor falls back to std's spawn and the move.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -60,25 +60,19 @@ pub struct Exec {
 }
 
 impl Exec {
-    /// The command with this process's environment plus `overrides`.
-    pub fn new(command: &CommandSpec, overrides: &[(&str, String)]) -> io::Result<Self> {
+    /// The command with exactly `environment` (`environment::for_child`).
+    pub fn new(command: &CommandSpec, environment: &[(OsString, OsString)]) -> io::Result<Self> {
         let c = |s: &OsStr| CString::new(s.as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e));
         let mut argv = vec![c(&command.program)?];
         for arg in &command.args {
             argv.push(c(arg)?);
         }
         let mut envp = Vec::new();
-        for (name, value) in std::env::vars_os() {
-            if overrides.iter().any(|(n, _)| OsStr::new(n) == name) {
-                continue;
-            }
+        for (name, value) in environment {
             let mut entry = name.as_bytes().to_vec();
             entry.push(b'=');
             entry.extend_from_slice(value.as_bytes());
             envp.push(c(OsStr::from_bytes(&entry))?);
-        }
-        for (name, value) in overrides {
-            envp.push(c(OsStr::new(&format!("{name}={value}")))?);
         }
         Ok(Self { path: c(command.path.as_os_str())?, argv, envp })
     }

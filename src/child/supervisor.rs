@@ -2,6 +2,7 @@
 //! own process group and cgroup; relays signals to the whole tree; replaces a watchdog
 //! that dies; and at the end stands the watchdog down before the lease is released.
 
+use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use tokio::sync::oneshot;
 
 use super::cgroup::{self, Cgroup};
 use super::command::CommandSpec;
+use super::environment;
 use super::group::ProcessGroup;
 use super::spawn::{self, Exec, ExecMark, NotStarted};
 use super::terminal;
@@ -139,15 +141,16 @@ impl Supervisor {
         self
     }
 
-    fn environment(&self, lease: &Lease) -> Vec<(&'static str, String)> {
-        let mut all = vec![
+    /// The child's whole environment: no inherited LEADERRUN_* variable, only these.
+    fn environment(&self, lease: &Lease) -> Vec<(OsString, OsString)> {
+        let mut set = vec![
             ("LEADERRUN_LOCK", lease.lock.clone()),
             ("LEADERRUN_IDENTITY", lease.identity.clone()),
             ("LEADERRUN_FENCING_TOKEN", lease.token.to_string()),
             ("LEADERRUN_SLOT", self.slot.to_string()),
         ];
-        all.extend(self.environment.iter().cloned());
-        all
+        set.extend(self.environment.iter().cloned());
+        environment::for_child(&set)
     }
 
     /// The child started inside `cgroup` by `clone3`. `Err(None)`: this host refuses that
@@ -185,9 +188,7 @@ impl Supervisor {
     ) -> std::io::Result<ChildProcess> {
         let mut command = tokio::process::Command::new(&self.command.path);
         command.arg0(&self.command.program).args(&self.command.args).process_group(0).kill_on_drop(false);
-        for (name, value) in self.environment(lease) {
-            command.env(name, value);
-        }
+        command.env_clear().envs(self.environment(lease));
         if let Some(procs) = procs {
             // Into its cgroup before its program runs, so nothing it starts is ever outside.
             // SAFETY: runs between fork and exec; move_self_in makes one write(2) and

@@ -28,10 +28,15 @@ pub const CHILD_ENVIRONMENT: &[(&str, &str)] = &[
 ];
 
 /// Said once, after the child's variables.
-pub const CHILD_ENVIRONMENT_NOTE: &str = "These always override inherited variables of the same names. \
-Because of that, --lock and --identity are never read from the environment: a nested leaderrun \
-would otherwise silently inherit its parent's lock. Every other option can be set by the \
-LEADERRUN_* variable named in its description.";
+pub const CHILD_ENVIRONMENT_NOTE: &str = "These always override inherited variables of the same names, \
+and the child gets no other LEADERRUN_* variable. Every option but --lock and --identity can be set \
+by the LEADERRUN_* variable named in its description, and that configures this run only: a leaderrun \
+the child starts follows its own flags, not its parent's --slots or --wait, and LEADERRUN_STORE, \
+which may hold a password, does not reach the child (a leaderrun there names its store with --store, \
+except `leaderrun check` on the child's own lock, which needs none). --lock and --identity are never \
+read from the environment, so that a nested leaderrun cannot take its parent's lock from \
+LEADERRUN_LOCK. Every variable that is not LEADERRUN_* passes through untouched, the store \
+clients' own (PGPASSWORD, AWS_*, KUBECONFIG, ...) included.";
 
 /// The safety contract, in paragraphs.
 pub const SAFETY_CONTRACT: &[&str] = &[
