@@ -8,6 +8,8 @@
 //! records every request and replays them into the restarted process (tests/servers/moto.rs).
 
 mod conformance;
+#[path = "../bench/proxy.rs"]
+mod proxy;
 mod servers;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -172,6 +174,30 @@ async fn deleting_the_item_lets_a_standby_in_before_its_holder_learns() {
     let second = won(&*b, &lock, "b", TTL).await;
     assert!(second.token > first.token, "only the fencing token tells the two apart");
     assert!(matches!(a.renew(&first, TTL).await.unwrap(), Renew::Lost(_)), "the holder learns at its next renewal");
+}
+
+/// An SDK retry of a conditional PutItem that landed but whose answer was lost fails its
+/// condition against its own write: the store finds its own new version in the item DynamoDB
+/// returns and counts the write as done ("maybe mine"). Without that, the retry's failed
+/// condition would read as a lost race, and the run would find its own item held by someone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retried_put_that_finds_its_own_write_counts_as_won() {
+    let server = tokio::task::spawn_blocking(MotoDynamo::start).await.unwrap();
+    let moto = server.endpoint().trim_start_matches("http://").parse().expect("host:port");
+    let proxy = proxy::Proxy::start(moto).unwrap();
+    let target = Target::parse(&server.url()).unwrap();
+    let through = format!("http://127.0.0.1:{}", proxy.port());
+    let store = open_with(&target, Access::Create, configured(through, key_of(&server))).await.unwrap();
+    let lock = unique("retried");
+    proxy.drop_response_to("PutItem");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    // The create, sent again by the SDK (and a third PutItem when the retry's answer came in
+    // a later second than the read: the core then raises the token from that second).
+    assert_eq!(proxy.responses_dropped(), 1, "the create's answer lost");
+    assert!(proxy.requests_matched() >= 2, "the SDK did not send the create again");
+    let status = store.status(&lock).await.unwrap();
+    assert_eq!((status.holder.as_deref(), status.token), (Some("a"), lease.token), "one lease, its token written");
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed, "the version it counted is the item's");
 }
 
 /// The item as the lock client's readers know it, and what `list` makes of other items.
