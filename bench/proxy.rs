@@ -1,6 +1,7 @@
 //! A small TCP proxy for the fault run: it sits between one contender and the store's
 //! server and can pass traffic, blackhole it, reset every connection, or add latency.
-//! (No toxiproxy here; `tc netem` does not work on these machines.)
+//! (No toxiproxy here; `tc netem` does not work on these machines.) The tests use it too,
+//! to lose the answer to one request the server has carried out (`drop_response_to`).
 
 #![allow(dead_code)]
 
@@ -36,6 +37,13 @@ struct Shared {
     stopped: AtomicBool,
     /// Connections accepted, for counting requests at the proxy.
     accepted: AtomicU64,
+    /// Requests that contain these bytes are counted; while `armed`, the next one's answer
+    /// is lost.
+    drop_response_to: Mutex<Option<Vec<u8>>>,
+    armed: AtomicBool,
+    /// Requests seen that contained the last needle given, and answers dropped.
+    matched: AtomicU64,
+    dropped: AtomicU64,
 }
 
 pub struct Proxy {
@@ -54,6 +62,10 @@ impl Proxy {
             open: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
+            drop_response_to: Mutex::new(None),
+            armed: AtomicBool::new(false),
+            matched: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         });
         let accept = Arc::clone(&shared);
         thread::spawn(move || {
@@ -76,8 +88,9 @@ impl Proxy {
                 if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
                     accept.open.lock().unwrap().extend([c, s]);
                 }
-                pump(Arc::clone(&accept), &client, &server);
-                pump(Arc::clone(&accept), &server, &client);
+                let cut = Arc::new(AtomicBool::new(false));
+                pump(Arc::clone(&accept), &client, &server, Direction::Request(Arc::clone(&cut)));
+                pump(Arc::clone(&accept), &server, &client, Direction::Answer(cut));
             }
         });
         Ok(Self { port, shared })
@@ -89,6 +102,24 @@ impl Proxy {
 
     pub fn connections_accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Let the next request that contains `needle` through, then lose its answer: the
+    /// server has carried it out, and the client sees its connection reset. Once.
+    pub fn drop_response_to(&self, needle: &str) {
+        self.shared.matched.store(0, Ordering::SeqCst);
+        *self.shared.drop_response_to.lock().unwrap() = Some(needle.as_bytes().to_vec());
+        self.shared.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Requests that contained the last `drop_response_to` needle, the one dropped included.
+    pub fn requests_matched(&self) -> u64 {
+        self.shared.matched.load(Ordering::SeqCst)
+    }
+
+    /// Answers lost by `drop_response_to`.
+    pub fn responses_dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::SeqCst)
     }
 
     pub fn set(&self, mode: Mode) {
@@ -134,8 +165,14 @@ fn reset(stream: &TcpStream) {
     let _ = stream.shutdown(Shutdown::Both);
 }
 
+/// Which way a pump copies; both of one connection share `cut`: its next answer is lost.
+enum Direction {
+    Request(Arc<AtomicBool>),
+    Answer(Arc<AtomicBool>),
+}
+
 /// Copy `from` → `to` on a thread of its own, obeying the mode chunk by chunk.
-fn pump(shared: Arc<Shared>, from: &TcpStream, to: &TcpStream) {
+fn pump(shared: Arc<Shared>, from: &TcpStream, to: &TcpStream, direction: Direction) {
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else { return };
     thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
@@ -144,6 +181,24 @@ fn pump(shared: Arc<Shared>, from: &TcpStream, to: &TcpStream) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
+            match &direction {
+                Direction::Request(cut) => {
+                    let needle = shared.drop_response_to.lock().unwrap().clone();
+                    if needle.is_some_and(|wanted| buf[..n].windows(wanted.len()).any(|w| w == wanted)) {
+                        shared.matched.fetch_add(1, Ordering::SeqCst);
+                        if shared.armed.swap(false, Ordering::SeqCst) {
+                            cut.store(true, Ordering::SeqCst);
+                        }
+                    }
+                }
+                Direction::Answer(cut) if cut.load(Ordering::SeqCst) => {
+                    shared.dropped.fetch_add(1, Ordering::SeqCst);
+                    reset(&from);
+                    reset(&to);
+                    return;
+                }
+                Direction::Answer(_) => {}
+            }
             loop {
                 match shared.mode.load(Ordering::SeqCst) {
                     PASS => break,

@@ -1,28 +1,27 @@
-//! The conformance suite against Google's Datastore emulator (one emulator per test),
-//! through the client-timed core; and what only this store has: its guarded writes (tests
-//! that fail if the server or the store ignored a conflict), the nonce that makes every
-//! write change the version, tokens that outlive a deleted entity, namespaces and kinds,
+//! The conformance suite and the client-timed stores' suite (tests/client_timed/: its
+//! guarded writes, racing writes, tokens that outlive a deleted entity, a deletion's
+//! overlap) against Google's Datastore emulator (one emulator per test); and what only this
+//! store has: the nonce that makes every write change the version, namespaces and kinds,
 //! and refusals: reserved names, a server that ignores `baseVersion` (the Firestore
 //! emulator's behaviour, played by a tiny fake), Firestore in Native mode, a 403.
 //!
 //! The emulator must be installed (see tests/servers/datastore_emulator.rs): without it
 //! these tests fail, saying how to get it.
 
+mod client_timed;
 mod conformance;
 mod servers;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, TTL};
-use leaderrun::store::client_timed::{Created, Record, Records, Version, Written};
+use client_timed::{fake_http, record, RecordsHarness, Reply};
+use conformance::{unique, won, Harness, TTL};
+use leaderrun::store::client_timed::{Created, Records, Version, Written};
 use leaderrun::store::datastore::{open_with, DatastoreRecords, Target};
 use leaderrun::store::google::{GoogleApi, Service};
 use leaderrun::store::Access;
-use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
+use leaderrun::store::{ErrorKind, Store, StoreError};
 use serde_json::{json, Value};
 use servers::datastore_emulator::{DatastoreEmulator, PROJECT};
 
@@ -88,44 +87,50 @@ impl Harness for DatastoreHarness {
     }
 }
 
+#[async_trait]
+impl RecordsHarness for DatastoreHarness {
+    type Records = DatastoreRecords;
+    type Server = DatastoreEmulator;
+
+    async fn records(&self) -> DatastoreRecords {
+        records(&self.server).await
+    }
+
+    async fn delete(&self, lock: &str) {
+        delete(&self.server, lock).await;
+    }
+
+    fn server(&self) -> &DatastoreEmulator {
+        &self.server
+    }
+
+    async fn open_unreachable(port: u16) -> (String, Result<Box<dyn Store>, StoreError>) {
+        let target = Target::parse("datastore://some-project").unwrap();
+        ("datastore://some-project".into(), open_with(&target, Access::Create, api(&format!("127.0.0.1:{port}"))).await)
+    }
+}
+
 conformance_suite!(datastore());
+client_timed_suite!(DatastoreHarness, datastore());
 
+/// A version is the entity's version and a nonce: the current entity version with another
+/// nonce (another record at that version, as after an emulator restart, which reuses
+/// versions) is a stale version, refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_client_rides_out_a_server_restart() {
-    let h = datastore().await;
-    conformance::a_client_rides_out_a_server_restart(&h, || h.server.stop(), || h.server.start_again()).await;
-}
-
-fn record(holder: &str, token: u64) -> Record {
-    Record { holder: holder.into(), ttl_seconds: 30, token: Some(token), ..Record::default() }
-}
-
-/// What the store's safety rests on, one request at a time: each of these would be `Done`
-/// if the insert's existence check, the transaction or the version comparison were ignored.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_create_over_an_entity_and_a_stale_replace_are_refused() {
+async fn a_version_with_another_nonce_is_refused() {
     let server = emulator().await;
     let (a, b) = (records(&server).await, records(&server).await);
-    let lock = unique("guards");
+    let lock = unique("nonce");
     let Created::Done { version: first, .. } = a.create(&lock, &record("a", 1)).await.unwrap() else {
         panic!("the first create")
     };
-    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Created::Moved, "insert over an entity");
     let Written::Done(second) = b.replace(&lock, &record("b", 2), &first).await.unwrap() else {
         panic!("a replace at the current version")
     };
-    assert_ne!(first, second, "every write changes the version");
-    assert_eq!(a.replace(&lock, &record("a", 3), &first).await.unwrap(), Written::Moved, "a stale version");
-    assert_eq!(a.read(&lock).await.unwrap().found.unwrap().record.holder, "b", "the stale replace wrote nothing");
-    // The current entity version with another nonce: another record at that version (as
-    // after an emulator restart, which reuses versions). Refused.
     let (entity_version, _) = second.0.split_once(' ').unwrap();
     let lookalike = Version(format!("{entity_version} 12345"));
     assert_eq!(a.replace(&lock, &record("a", 3), &lookalike).await.unwrap(), Written::Moved, "the nonce is compared");
-    // Deleted behind everyone's back: nothing to replace.
-    delete(&server, &lock).await;
-    assert_eq!(b.replace(&lock, &record("b", 4), &second).await.unwrap(), Written::Moved, "a deleted entity");
-    assert!(a.read(&lock).await.unwrap().found.is_none());
+    assert_eq!(a.read(&lock).await.unwrap().found.unwrap().record.holder, "b", "the refused replace wrote nothing");
 }
 
 /// Datastore gives a write that changes nothing the version the entity already had; the
@@ -149,79 +154,6 @@ async fn the_same_record_written_again_changes_the_version() {
     let v1 = rest(&server, "commit", json!({"mode": "NON_TRANSACTIONAL", "mutations": [{"upsert": entity}]})).await;
     let v2 = rest(&server, "commit", json!({"mode": "NON_TRANSACTIONAL", "mutations": [{"upsert": entity}]})).await;
     assert_eq!(v1["mutationResults"][0]["version"], v2["mutationResults"][0]["version"], "a no-op keeps its version");
-}
-
-/// Many replaces from one version at once: exactly one wins (the transaction and
-/// `baseVersion`); if either were ignored, several would.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn of_racing_replaces_and_creates_exactly_one_wins() {
-    let server = emulator().await;
-    for round in 0..3 {
-        let lock = unique("race");
-        let barrier = Arc::new(tokio::sync::Barrier::new(10));
-        let mut tasks = Vec::new();
-        for i in 0..10 {
-            let (records, lock, barrier) = (Arc::new(records(&server).await), lock.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                let created = records.create(&lock, &record(&format!("c{i}"), 1)).await.unwrap();
-                let version = records.read(&lock).await.unwrap().found.unwrap().version;
-                barrier.wait().await;
-                let replaced = records.replace(&lock, &record(&format!("r{i}"), 2), &version).await.unwrap();
-                (created, replaced)
-            }));
-        }
-        let (mut created, mut replaced) = (0, 0);
-        for task in tasks {
-            let (c, r) = task.await.unwrap();
-            created += matches!(c, Created::Done { .. }) as usize;
-            replaced += matches!(r, Written::Done(_)) as usize;
-        }
-        assert_eq!((created, replaced), (1, 1), "round {round}: exactly one create and one replace of ten");
-    }
-}
-
-/// The token floor is the lookup's version, which Datastore never lowers, also for a
-/// missing entity (the snapshot's version): a token taken after the entity was deleted is
-/// still larger than every one before.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tokens_outlive_a_deleted_entity() {
-    let server = emulator().await;
-    let store = open_url(&server.host(), &server.url(), Access::Create).await.unwrap();
-    let lock = unique("deleted");
-    let mut last = 0;
-    for round in 0..3 {
-        for i in 0..3 {
-            let lease = won(&*store, &lock, &format!("h{round}-{i}"), TTL).await;
-            assert!(lease.token > last, "round {round}: token {} after {last}", lease.token);
-            last = lease.token;
-            store.release(&lease, Duration::ZERO).await.unwrap();
-        }
-        delete(&server, &lock).await;
-        assert_eq!(store.status(&lock).await.unwrap().token, 0, "the entity and its token are gone");
-        // A create that lands now with a token from a read made before all of that (a slow
-        // network, a paused host) is told a floor above every token handed out: the core
-        // then raises its token before it counts.
-        let late = records(&server).await.create(&lock, &record("late", 1)).await.unwrap();
-        let Created::Done { floor, .. } = late else { panic!("a create on an empty name") };
-        assert!(floor >= last, "round {round}: a late create's floor {floor} is below token {last}");
-        delete(&server, &lock).await;
-    }
-}
-
-/// `gcloud`-style deletion of a held lock's entity frees it at once; the holder loses it at
-/// its next renewal.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn deleting_the_entity_frees_the_lock() {
-    let h = datastore().await;
-    let (a, b) = (h.open().await, h.open().await);
-    let lock = unique("rm");
-    let first = won(&*a, &lock, "a", TTL).await;
-    held(&*b, &lock, "b").await;
-    delete(&h.server, &lock).await;
-    let second = won(&*b, &lock, "b", TTL).await;
-    assert!(second.token > first.token);
-    assert!(matches!(a.renew(&first, TTL).await.unwrap(), Renew::Lost(_)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -271,70 +203,15 @@ async fn reserved_lock_names_are_refused() {
     won(&*store, "__not reserved", "a", TTL).await;
 }
 
-/// A one-shot run's first look at a held lock is not proof its holder lives; after one
-/// observation without a change, the lock is taken (client-timed, on this host's clock).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_silent_holder_is_taken_over_after_one_observation() {
-    let h = datastore().await;
-    let (a, b) = (h.open().await, h.open().await);
-    let lock = unique("silent");
-    let first = won(&*a, &lock, "a", Duration::from_secs(1)).await;
-    let decide_in = match b.acquire(&lock, "b", TTL).await.unwrap() {
-        Acquire::Unproven { decide_in, .. } => decide_in,
-        other => panic!("a first sight is unproven: {other:?}"),
+/// A fake Datastore that answers every request with `answer(path)`: (status, JSON body).
+macro_rules! fake {
+    ($answer:expr) => {
+        fake_http(|path| {
+            let answer: fn(&str) -> (u16, Value) = $answer;
+            let (status, body) = answer(path);
+            Reply::json(&format!("{status} X"), "application/json", body.to_string())
+        })
     };
-    tokio::time::sleep(decide_in).await;
-    let takeover = async {
-        loop {
-            match b.acquire(&lock, "b", TTL).await.unwrap() {
-                Acquire::Won(lease) => return lease,
-                _ => b.changed(&lock, Duration::from_secs(5)).await,
-            }
-        }
-    };
-    let second = tokio::time::timeout(conformance::SOON, takeover).await.expect("never taken over");
-    assert!(second.token > first.token);
-}
-
-/// A tiny HTTP server that answers every request with `answer(path)`: (status, JSON body).
-fn fake(answer: fn(&str) -> (u16, Value)) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let host = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                loop {
-                    let (mut request, mut line, mut length) = (String::new(), String::new(), 0usize);
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                        line.clear();
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let path = request.split_whitespace().nth(1).unwrap_or_default().to_string();
-                    let (status, reply) = answer(&path);
-                    let reply = reply.to_string();
-                    let head = format!(
-                        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                        reply.len()
-                    );
-                    if stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(reply.as_bytes())).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    host
 }
 
 async fn refusal(host: &str, access: Access) -> StoreError {
@@ -353,14 +230,14 @@ async fn refusal(host: &str, access: Access) -> StoreError {
 /// Datastore mode does: renewals could not tell a lost race. Refused when a run opens it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_server_that_ignores_base_version_is_refused_at_open() {
-    let host = fake(|_| (200, json!({"mutationResults": [{"version": "1795425211452391"}]})));
+    let host = fake!(|_| (200, json!({"mutationResults": [{"version": "1795425211452391"}]})));
     let err = refusal(&host, Access::Create).await;
     assert!(err.message.contains("ignores baseVersion") && err.message.contains("Firestore emulator"), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn firestore_in_native_mode_is_refused_by_name() {
-    let host = fake(|_| {
+    let host = fake!(|_| {
         let message = "The Cloud Datastore API is not available for Firestore in Native mode database \
                        projects/careless-project/databases/(default).";
         (400, json!({"error": {"code": 400, "message": message, "status": "FAILED_PRECONDITION"}}))
@@ -371,7 +248,7 @@ async fn firestore_in_native_mode_is_refused_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn permission_denied_is_refused_in_one_line() {
-    let host = fake(|path| {
+    let host = fake!(|path| {
         assert!(path.starts_with("/v1/projects/careless-project:"), "{path}");
         let message = "Missing or insufficient permissions.";
         (403, json!({"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED"}}))
@@ -380,22 +257,4 @@ async fn permission_denied_is_refused_in_one_line() {
         let err = refusal(&host, access).await;
         assert!(err.message.contains("HTTP 403 PERMISSION_DENIED: Missing or insufficient"), "{err:?}");
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_unreachable_server_is_an_outage() {
-    let host = format!("127.0.0.1:{}", servers::free_port());
-    let target = Target::parse("datastore://some-project").unwrap();
-    let err = open_with(&target, Access::Create, api(&host)).await.err().expect("nothing listens");
-    assert!(err.is_transient(), "{}", err.message);
-    assert!(err.message.contains("datastore://some-project") && !err.message.contains('\n'), "{:?}", err.message);
-}
-
-/// `leaderrun watch` on this store: it sees a take, a revoke, a keep and a release (a store
-/// that pushes, without a request while nothing changes), status says `kept`, and a standby
-/// still gets its turn. On a current-thread runtime, so that the requests counted are its own.
-#[tokio::test]
-async fn a_watcher_sees_changes_and_takes_no_turn() {
-    let (requests, _counting) = conformance::count_requests();
-    conformance::a_watcher_sees_changes_and_takes_no_turn(&datastore().await, &requests).await;
 }

@@ -1,23 +1,25 @@
-//! The conformance suite against moto's DynamoDB (one server per test), through the
-//! client-timed core; and what only this store has: its conditions (tests that fail if a
-//! server ignored them), tokens that outlive a deleted item, the table's checks (missing,
-//! another key, a global table), `leaderrun init`'s table, items of awslabs' lock client,
-//! and refusals in one line without the secret.
+//! The conformance suite and the client-timed stores' suite (tests/client_timed/: its
+//! conditions, racing writes, tokens that outlive a deleted item, a deletion's overlap)
+//! against moto's DynamoDB (one server per test); and what only this store has: the table's
+//! checks (missing, another key, a global table), `leaderrun init`'s table, items of
+//! awslabs' lock client, a retried write that finds its own, and refusals in one line
+//! without the secret.
 //!
 //! `leases_survive_a_restart` runs too: moto keeps its tables in memory, but the test server
 //! records every request and replays them into the restarted process (tests/servers/moto.rs).
 
+mod client_timed;
 mod conformance;
+#[path = "../bench/proxy.rs"]
+mod proxy;
 mod servers;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, TTL};
-use leaderrun::store::client_timed::{Created, Record, Records, Written};
+use client_timed::{fake_http, RecordsHarness, Reply};
+use conformance::{unique, won, Harness, TTL};
 use leaderrun::store::dynamodb::{open_with, prepare_with, ConfigLoader, DynamoRecords, Target};
 use leaderrun::store::{Access, Acquire, ErrorKind, Renew, Store, StoreError};
 use servers::moto::REGION;
@@ -70,104 +72,56 @@ impl Harness for DynamoHarness {
     }
 }
 
+#[async_trait]
+impl RecordsHarness for DynamoHarness {
+    type Records = DynamoRecords;
+    type Server = MotoDynamo;
+
+    async fn records(&self) -> DynamoRecords {
+        records(&self.server).await
+    }
+
+    async fn delete(&self, lock: &str) {
+        self.server.delete_item(lock);
+    }
+
+    fn server(&self) -> &MotoDynamo {
+        &self.server
+    }
+
+    async fn open_unreachable(port: u16) -> (String, Result<Box<dyn Store>, StoreError>) {
+        let target = Target::parse("dynamodb://some-table").unwrap();
+        let key = ("AKIAX".to_string(), "secret-x".to_string());
+        let endpoint = format!("http://127.0.0.1:{port}");
+        ("dynamodb://some-table".into(), open_with(&target, Access::Create, configured(endpoint, key)).await)
+    }
+}
+
 conformance_suite!(dynamo());
+client_timed_suite!(DynamoHarness, dynamo());
 
+/// An SDK retry of a conditional PutItem that landed but whose answer was lost fails its
+/// condition against its own write: the store finds its own new version in the item DynamoDB
+/// returns and counts the write as done ("maybe mine"). Without that, the retry's failed
+/// condition would read as a lost race, and the run would find its own item held by someone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_client_rides_out_a_server_restart() {
-    let h = dynamo().await;
-    conformance::a_client_rides_out_a_server_restart(&h, || h.server.stop(), || h.server.start_again()).await;
-}
-
-fn record(holder: &str, token: u64) -> Record {
-    Record { holder: holder.into(), ttl_seconds: 30, token: Some(token), ..Record::default() }
-}
-
-/// What the store's safety rests on, one request at a time: each of these would be `Done`
-/// on a server that ignored the condition expressions.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_create_over_an_item_and_a_stale_replace_are_refused() {
+async fn a_retried_put_that_finds_its_own_write_counts_as_won() {
     let server = tokio::task::spawn_blocking(MotoDynamo::start).await.unwrap();
-    let (a, b) = (records(&server).await, records(&server).await);
-    let lock = unique("conditions");
-    let Created::Done { version: first, .. } = a.create(&lock, &record("a", 1)).await.unwrap() else {
-        panic!("the first create")
-    };
-    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Created::Moved, "attribute_not_exists ignored");
-    let Written::Done(second) = b.replace(&lock, &record("b", 2), &first).await.unwrap() else {
-        panic!("a replace at the current version")
-    };
-    assert_ne!(first, second, "every write changes the version");
-    assert_eq!(a.replace(&lock, &record("a", 3), &first).await.unwrap(), Written::Moved, "a stale version ignored");
-    let Written::Done(third) = b.replace(&lock, &record("b", 2), &second).await.unwrap() else { panic!("rewrite") };
-    assert_ne!(second, third, "the same record written twice must change the version");
-    assert_eq!(a.read(&lock).await.unwrap().found.unwrap().record.holder, "b");
-    // Deleted behind everyone's back: a replace finds nothing to replace, and does not make it.
-    server.delete_item(&lock);
-    assert_eq!(b.replace(&lock, &record("b", 4), &third).await.unwrap(), Written::Moved, "a replace of a deleted item");
-    assert!(a.read(&lock).await.unwrap().found.is_none());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn of_racing_creates_exactly_one_wins() {
-    let server = tokio::task::spawn_blocking(MotoDynamo::start).await.unwrap();
-    let lock = unique("race");
-    let barrier = Arc::new(tokio::sync::Barrier::new(10));
-    let mut tasks = Vec::new();
-    for i in 0..10 {
-        let (records, lock, barrier) = (records(&server).await, lock.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            records.create(&lock, &record(&format!("c{i}"), 1)).await.unwrap()
-        }));
-    }
-    let mut done = 0;
-    for task in tasks {
-        if let Created::Done { .. } = task.await.unwrap() {
-            done += 1;
-        }
-    }
-    assert_eq!(done, 1, "exactly one create of ten may succeed");
-}
-
-/// DynamoDB keeps no counter beyond an item's life: tokens follow the server's clock, so one
-/// taken after the item was deleted (even within the same second) is still larger.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tokens_outlive_a_deleted_item() {
-    let server = tokio::task::spawn_blocking(MotoDynamo::start).await.unwrap();
-    let store = open_url(&server, &server.url(), Access::Create).await.unwrap();
-    let lock = unique("deleted");
-    let mut last = 0;
-    for round in 0..3 {
-        for i in 0..5 {
-            let lease = won(&*store, &lock, &format!("h{round}-{i}"), TTL).await;
-            assert!(lease.token > last, "round {round}: token {} after {last}", lease.token);
-            last = lease.token;
-            store.release(&lease, Duration::ZERO).await.unwrap();
-        }
-        server.delete_item(&lock);
-        assert_eq!(store.status(&lock).await.unwrap().token, 0, "the item and its token are gone");
-        // A create that lands now with a token from a read made before all of that is told a
-        // floor above every token handed out: the core then raises its token before it counts.
-        let late = records(&server).await.create(&lock, &record("late", 1)).await.unwrap();
-        let Created::Done { floor, .. } = late else { panic!("a create on an empty key") };
-        assert!(floor >= last, "round {round}: a late create's floor {floor} is below token {last}");
-        server.delete_item(&lock);
-    }
-}
-
-/// `aws dynamodb delete-item` of a held lock's item frees it at once; the holder loses it at
-/// its next renewal.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn deleting_the_item_frees_the_lock() {
-    let h = dynamo().await;
-    let (a, b) = (h.open().await, h.open().await);
-    let lock = unique("rm");
-    let first = won(&*a, &lock, "a", TTL).await;
-    held(&*b, &lock, "b").await;
-    h.server.delete_item(&lock);
-    let second = won(&*b, &lock, "b", TTL).await;
-    assert!(second.token > first.token);
-    assert!(matches!(a.renew(&first, TTL).await.unwrap(), Renew::Lost(_)));
+    let moto = server.endpoint().trim_start_matches("http://").parse().expect("host:port");
+    let proxy = proxy::Proxy::start(moto).unwrap();
+    let target = Target::parse(&server.url()).unwrap();
+    let through = format!("http://127.0.0.1:{}", proxy.port());
+    let store = open_with(&target, Access::Create, configured(through, key_of(&server))).await.unwrap();
+    let lock = unique("retried");
+    proxy.drop_response_to("PutItem");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    // The create, sent again by the SDK (and a third PutItem when the retry's answer came in
+    // a later second than the read: the core then raises the token from that second).
+    assert_eq!(proxy.responses_dropped(), 1, "the create's answer lost");
+    assert!(proxy.requests_matched() >= 2, "the SDK did not send the create again");
+    let status = store.status(&lock).await.unwrap();
+    assert_eq!((status.holder.as_deref(), status.token), (Some("a"), lease.token), "one lease, its token written");
+    assert_eq!(store.renew(&lease, TTL).await.unwrap(), Renew::Renewed, "the version it counted is the item's");
 }
 
 /// The item as the lock client's readers know it, and what `list` makes of other items.
@@ -265,54 +219,18 @@ async fn a_table_with_another_key_is_refused() {
     check_one_line(&err, ErrorKind::Refused, &["dynamodb://other-key", "string partition key named \"key\""]);
 }
 
-/// A server that answers every request with `reply` (HTTP 200, DynamoDB's JSON).
-fn fake_dynamodb(reply: &'static str) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                loop {
-                    let (mut line, mut length) = (String::new(), 0usize);
-                    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                        line.clear();
-                    }
-                    if line != "\r\n" {
-                        return;
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\n\r\n",
-                        reply.len()
-                    );
-                    if stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(reply.as_bytes())).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    endpoint
-}
-
 /// moto shows no replicas, so a stand-in answers DescribeTable as DynamoDB does for a global
 /// table (version 2019.11.21): the store is refused before any lock is touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_global_table_is_refused() {
-    let endpoint = fake_dynamodb(
-        r#"{"Table":{"TableName":"global-locks","TableStatus":"ACTIVE",
+    let endpoint = fake_http(|_| {
+        let table = r#"{"Table":{"TableName":"global-locks","TableStatus":"ACTIVE",
             "AttributeDefinitions":[{"AttributeName":"key","AttributeType":"S"}],
             "KeySchema":[{"AttributeName":"key","KeyType":"HASH"}],"GlobalTableVersion":"2019.11.21",
-            "Replicas":[{"RegionName":"us-east-1","ReplicaStatus":"ACTIVE"},{"RegionName":"eu-west-1","ReplicaStatus":"ACTIVE"}]}}"#,
-    );
+            "Replicas":[{"RegionName":"us-east-1","ReplicaStatus":"ACTIVE"},{"RegionName":"eu-west-1","ReplicaStatus":"ACTIVE"}]}}"#;
+        Reply::json("200 OK", "application/x-amz-json-1.0", table)
+    });
+    let endpoint = format!("http://{endpoint}");
     let target = Target::parse("dynamodb://global-locks").unwrap();
     for access in [Access::Create, Access::Existing] {
         let err = open_with(&target, access, configured(endpoint.clone(), ("AKIAX".into(), "x".into())))
@@ -355,50 +273,4 @@ async fn a_wrong_secret_is_refused_in_one_line_without_showing_it() {
     let err = open_with(&target, Access::Create, with_token).await.err().expect("refused");
     assert!(!err.message.contains(token) && !err.message.contains('\n'), "{}", err.message);
     right.release(&lease, Duration::ZERO).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_unreachable_server_is_an_outage() {
-    let port = servers::free_port();
-    let target = Target::parse("dynamodb://some-table").unwrap();
-    let key = ("AKIAX".to_string(), "secret-x".to_string());
-    let err = open_with(&target, Access::Create, configured(format!("http://127.0.0.1:{port}"), key))
-        .await
-        .err()
-        .expect("nothing listens");
-    assert!(err.is_transient(), "{}", err.message);
-    assert!(err.message.contains("dynamodb://some-table") && !err.message.contains('\n'), "{:?}", err.message);
-}
-
-/// A one-shot run's first look at a held lock is not proof its holder lives; after one
-/// observation without a change, the lock is taken (client-timed, on this host's clock).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_silent_holder_is_taken_over_after_one_observation() {
-    let h = dynamo().await;
-    let (a, b) = (h.open().await, h.open().await);
-    let lock = unique("silent");
-    let first = won(&*a, &lock, "a", Duration::from_secs(1)).await;
-    let decide_in = match b.acquire(&lock, "b", TTL).await.unwrap() {
-        Acquire::Unproven { decide_in, .. } => decide_in,
-        other => panic!("a first sight is unproven: {other:?}"),
-    };
-    tokio::time::sleep(decide_in).await;
-    let takeover = async {
-        loop {
-            match b.acquire(&lock, "b", TTL).await.unwrap() {
-                Acquire::Won(lease) => return lease,
-                _ => b.changed(&lock, Duration::from_secs(5)).await,
-            }
-        }
-    };
-    let second = tokio::time::timeout(conformance::SOON, takeover).await.expect("never taken over");
-    assert!(second.token > first.token);
-}
-
-/// `leaderrun watch` on this store (it polls), and a standby still gets its turn. On a
-/// current-thread runtime, so that the requests counted are its own.
-#[tokio::test]
-async fn a_watcher_sees_changes_and_takes_no_turn() {
-    let (requests, _counting) = conformance::count_requests();
-    conformance::a_watcher_sees_changes_and_takes_no_turn(&dynamo().await, &requests).await;
 }

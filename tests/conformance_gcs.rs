@@ -1,26 +1,25 @@
-//! The conformance suite against fake-gcs-server (one server per test), through the
-//! client-timed core; and what only this store has: its preconditions (tests that fail if
-//! a server ignored them), tokens that outlive a deleted object, object names, a missing
-//! bucket refused, and the check that refuses a server which ignores preconditions.
+//! The conformance suite and the client-timed stores' suite (tests/client_timed/: its
+//! preconditions, racing writes, tokens that outlive a deleted object, a deletion's overlap)
+//! against fake-gcs-server (one server per test); and what only this store has: object
+//! names, a missing bucket refused, a 403 named, and the check that refuses a server which
+//! ignores preconditions.
 //!
 //! `leases_survive_a_restart` runs for real: the server keeps its objects on disk (but see
 //! `awkward_lock_names` below).
 
+mod client_timed;
 mod conformance;
 mod servers;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::{held, unique, won, Harness, TTL};
-use leaderrun::store::client_timed::{Created, Record, Records, Written};
+use client_timed::{fake_http, RecordsHarness, Reply};
+use conformance::{unique, won, Harness, TTL};
 use leaderrun::store::gcs::{open_with, GcsRecords, Target};
 use leaderrun::store::google::{GoogleApi, Service};
 use leaderrun::store::Access;
-use leaderrun::store::{Acquire, ErrorKind, Renew, Store, StoreError};
+use leaderrun::store::{ErrorKind, Store, StoreError};
 use servers::fake_gcs::FakeGcs;
 
 struct GcsHarness {
@@ -63,6 +62,31 @@ impl Harness for GcsHarness {
     }
 }
 
+#[async_trait]
+impl RecordsHarness for GcsHarness {
+    type Records = GcsRecords;
+    type Server = FakeGcs;
+
+    async fn records(&self) -> GcsRecords {
+        records(&self.server).await
+    }
+
+    async fn delete(&self, lock: &str) {
+        self.server.delete(&format!("leaderrun/{lock}"));
+    }
+
+    fn server(&self) -> &FakeGcs {
+        &self.server
+    }
+
+    async fn open_unreachable(port: u16) -> (String, Result<Box<dyn Store>, StoreError>) {
+        let target = Target::parse("gs://some-bucket").unwrap();
+        ("gs://some-bucket".into(), open_with(&target, Access::Create, api(&format!("127.0.0.1:{port}"))).await)
+    }
+}
+
+client_timed_suite!(GcsHarness, gcs());
+
 // Every test of the suite but `awkward_lock_names` against the server that keeps its
 // objects on disk (so restarts keep them)...
 conformance_suite!(@tests (flavor = "multi_thread", worker_threads = 4) gcs();
@@ -87,140 +111,6 @@ conformance_suite!(@tests (flavor = "multi_thread", worker_threads = 4) gcs();
 conformance_suite!(@tests (flavor = "multi_thread", worker_threads = 4) gcs_in_memory();
     awkward_lock_names,
 );
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_client_rides_out_a_server_restart() {
-    let h = gcs().await;
-    conformance::a_client_rides_out_a_server_restart(&h, || h.server.stop(), || h.server.start_again()).await;
-}
-
-fn record(holder: &str, token: u64) -> Record {
-    Record { holder: holder.into(), ttl_seconds: 30, token: Some(token), ..Record::default() }
-}
-
-/// What the store's safety rests on, one request at a time: each of these would be
-/// `Done` on a server that ignored ifGenerationMatch.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_create_over_an_object_and_a_stale_replace_are_refused() {
-    let server = tokio::task::spawn_blocking(FakeGcs::start).await.unwrap();
-    let (a, b) = (records(&server).await, records(&server).await);
-    let lock = unique("preconditions");
-    let Created::Done { version: first, .. } = a.create(&lock, &record("a", 1)).await.unwrap() else {
-        panic!("the first create")
-    };
-    assert_eq!(b.create(&lock, &record("b", 2)).await.unwrap(), Created::Moved, "ifGenerationMatch=0 ignored");
-    let Written::Done(second) = b.replace(&lock, &record("b", 2), &first).await.unwrap() else {
-        panic!("a replace at the current version")
-    };
-    assert_ne!(first, second, "every write changes the version");
-    assert_eq!(a.replace(&lock, &record("a", 3), &first).await.unwrap(), Written::Moved, "a stale generation ignored");
-    assert_eq!(a.read(&lock).await.unwrap().found.unwrap().record.holder, "b", "the stale replace wrote nothing");
-    // The same record written again still changes the version (a new generation).
-    let Written::Done(third) = b.replace(&lock, &record("b", 2), &second).await.unwrap() else { panic!("rewrite") };
-    assert_ne!(second, third, "the same record written twice must change the version");
-    // Deleted behind everyone's back: a replace finds nothing to replace.
-    server.delete(&format!("leaderrun/{lock}"));
-    assert_eq!(
-        b.replace(&lock, &record("b", 4), &third).await.unwrap(),
-        Written::Moved,
-        "a replace of a deleted object"
-    );
-    assert!(a.read(&lock).await.unwrap().found.is_none());
-}
-
-/// Ten writes at once, each by its own client, after a barrier: how many were written.
-async fn race<F, Fut>(clients: &[Arc<GcsRecords>], write: F) -> Vec<leaderrun::store::client_timed::Version>
-where
-    F: Fn(Arc<GcsRecords>, usize) -> Fut,
-    Fut: std::future::Future<Output = Written> + Send + 'static,
-{
-    let barrier = Arc::new(tokio::sync::Barrier::new(clients.len()));
-    let mut tasks = Vec::new();
-    for (i, client) in clients.iter().enumerate() {
-        let (barrier, write) = (barrier.clone(), write(client.clone(), i));
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            write.await
-        }));
-    }
-    let mut done = Vec::new();
-    for task in tasks {
-        if let Written::Done(version) = task.await.unwrap() {
-            done.push(version);
-        }
-    }
-    done
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn of_racing_creates_and_replaces_exactly_one_wins() {
-    let server = tokio::task::spawn_blocking(FakeGcs::start).await.unwrap();
-    let lock = unique("race");
-    let mut clients = Vec::new();
-    for _ in 0..10 {
-        clients.push(Arc::new(records(&server).await));
-    }
-    let created = race(&clients, |c, i| {
-        let lock = lock.clone();
-        async move {
-            match c.create(&lock, &record(&format!("c{i}"), 1)).await.unwrap() {
-                Created::Done { version, .. } => Written::Done(version),
-                Created::Moved => Written::Moved,
-            }
-        }
-    })
-    .await;
-    assert_eq!(created.len(), 1, "exactly one create of ten may succeed");
-    let replaced = race(&clients, |c, i| {
-        let (lock, base) = (lock.clone(), created[0].clone());
-        async move { c.replace(&lock, &record(&format!("r{i}"), 2), &base).await.unwrap() }
-    })
-    .await;
-    assert_eq!(replaced.len(), 1, "exactly one replace of ten at one version may succeed");
-}
-
-/// Cloud Storage keeps no counter beyond an object's life (and its generations need not
-/// increase): tokens follow the server's clock, so one taken after the object was deleted
-/// (even within the same second) is still larger.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tokens_outlive_a_deleted_object() {
-    let server = tokio::task::spawn_blocking(FakeGcs::start).await.unwrap();
-    let store = open_url(&server, &server.url(), Access::Create).await.unwrap();
-    let lock = unique("deleted");
-    let mut last = 0;
-    for round in 0..3 {
-        for i in 0..5 {
-            let lease = won(&*store, &lock, &format!("h{round}-{i}"), TTL).await;
-            assert!(lease.token > last, "round {round}: token {} after {last}", lease.token);
-            last = lease.token;
-            store.release(&lease, Duration::ZERO).await.unwrap();
-        }
-        server.delete(&format!("leaderrun/{lock}"));
-        assert_eq!(store.status(&lock).await.unwrap().token, 0, "the object and its token are gone");
-        // A create that lands now with a token from a read made before all of that (a slow
-        // network, a paused host) is told a floor above every token handed out: the core
-        // then raises its token before it counts.
-        let late = records(&server).await.create(&lock, &record("late", 1)).await.unwrap();
-        let Created::Done { floor, .. } = late else { panic!("a create on an empty name") };
-        assert!(floor >= last, "round {round}: a late create's floor {floor} is below token {last}");
-        server.delete(&format!("leaderrun/{lock}"));
-    }
-}
-
-/// `gcloud storage rm` of a held lock's object frees it at once; the holder loses it at its
-/// next renewal.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn deleting_the_object_frees_the_lock() {
-    let h = gcs().await;
-    let (a, b) = (h.open().await, h.open().await);
-    let lock = unique("rm");
-    let first = won(&*a, &lock, "a", TTL).await;
-    held(&*b, &lock, "b").await;
-    h.server.delete(&format!("leaderrun/{lock}"));
-    let second = won(&*b, &lock, "b", TTL).await;
-    assert!(second.token > first.token);
-    assert!(matches!(a.renew(&first, TTL).await.unwrap(), Renew::Lost(_)));
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn objects_sit_under_the_prefix_and_list_shows_only_locks() {
@@ -258,61 +148,14 @@ async fn a_missing_bucket_is_refused() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_unreachable_server_is_an_outage() {
-    let port = servers::free_port();
-    let target = Target::parse("gs://some-bucket").unwrap();
-    let err =
-        open_with(&target, Access::Create, api(&format!("127.0.0.1:{port}"))).await.err().expect("nothing listens");
-    assert!(err.is_transient(), "{}", err.message);
-    assert!(err.message.contains("gs://some-bucket") && !err.message.contains('\n'), "{:?}", err.message);
-}
-
-/// A tiny HTTP server that answers every request with `status` and `body` (an object
-/// resource), whatever it asks: preconditions ignored, or permission refused.
-fn answering(status: &'static str, body: &'static str) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                loop {
-                    let (mut line, mut length) = (String::new(), 0usize);
-                    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                        line.clear();
-                    }
-                    if line != "\r\n" {
-                        return;
-                    }
-                    let mut request = vec![0; length];
-                    if reader.read_exact(&mut request).is_err() {
-                        return;
-                    }
-                    let reply = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if stream.write_all(reply.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    endpoint
-}
-
 /// A server that answers every upload with 200, preconditions or not: two hosts could both
 /// "create" a lock. It is refused when a run opens it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_server_that_ignores_preconditions_is_refused_at_open() {
-    let endpoint =
-        answering("200 OK", r#"{"name":"leaderrun/.conditional-write-probe","generation":"1","metageneration":"1"}"#);
+    let endpoint = fake_http(|_| {
+        let object = r#"{"name":"leaderrun/.conditional-write-probe","generation":"1","metageneration":"1"}"#;
+        Reply::json("200 OK", "application/json", object)
+    });
     let target = Target::parse("gs://careless-bucket").unwrap();
     let err = open_with(&target, Access::Create, api(&endpoint))
         .await
@@ -325,10 +168,10 @@ async fn a_server_that_ignores_preconditions_is_refused_at_open() {
 /// A 403 is a refusal in one line that names the bucket, the call and the permission.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_permission_refused_is_a_refusal_naming_the_bucket_and_operation() {
-    let endpoint = answering(
-        "403 Forbidden",
-        r#"{"error":{"code":403,"message":"someone@example.iam.gserviceaccount.com does not have storage.objects.create access to the Google Cloud Storage object."}}"#,
-    );
+    let endpoint = fake_http(|_| {
+        let error = r#"{"error":{"code":403,"message":"someone@example.iam.gserviceaccount.com does not have storage.objects.create access to the Google Cloud Storage object."}}"#;
+        Reply::json("403 Forbidden", "application/json", error)
+    });
     let target = Target::parse("gs://locked-bucket").unwrap();
     let err = open_with(&target, Access::Create, api(&endpoint)).await.err().expect("refused");
     assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
@@ -342,38 +185,4 @@ async fn a_permission_refused_is_a_refusal_naming_the_bucket_and_operation() {
         "{}",
         err.message
     );
-}
-
-/// A one-shot run's first look at a held lock is not proof its holder lives; after one
-/// observation without a change, the lock is taken (client-timed, on this host's clock).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_silent_holder_is_taken_over_after_one_observation() {
-    let h = gcs().await;
-    let (a, b) = (h.open().await, h.open().await);
-    let lock = unique("silent");
-    let first = won(&*a, &lock, "a", Duration::from_secs(1)).await;
-    let decide_in = match b.acquire(&lock, "b", TTL).await.unwrap() {
-        Acquire::Unproven { decide_in, .. } => decide_in,
-        other => panic!("a first sight is unproven: {other:?}"),
-    };
-    tokio::time::sleep(decide_in).await;
-    let takeover = async {
-        loop {
-            match b.acquire(&lock, "b", TTL).await.unwrap() {
-                Acquire::Won(lease) => return lease,
-                _ => b.changed(&lock, Duration::from_secs(5)).await,
-            }
-        }
-    };
-    let second = tokio::time::timeout(conformance::SOON, takeover).await.expect("never taken over");
-    assert!(second.token > first.token);
-}
-
-/// `leaderrun watch` on this store: it sees a take, a revoke, a keep and a release (a store
-/// that pushes, without a request while nothing changes), status says `kept`, and a standby
-/// still gets its turn. On a current-thread runtime, so that the requests counted are its own.
-#[tokio::test]
-async fn a_watcher_sees_changes_and_takes_no_turn() {
-    let (requests, _counting) = conformance::count_requests();
-    conformance::a_watcher_sees_changes_and_takes_no_turn(&gcs().await, &requests).await;
 }

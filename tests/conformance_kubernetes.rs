@@ -63,9 +63,10 @@ fn kubectl_create(server: &KubeApiServer, name: &str, spec: &str) {
     server.kubectl_ok(&["create", "--validate=false", "-f", file.to_str().unwrap()]);
 }
 
-/// `kubectl delete lease` frees the lock at once; the holder learns it at its next
-/// renewal, which must not bring the Lease back (its uid no longer matches); the next
-/// token is still larger than the deleted Lease's.
+/// `kubectl delete lease` frees the lock at once for everyone else, while the holder learns it
+/// only at its next renewal (an overlap the store's page warns of: `leaderrun release` is the
+/// way to make a holder stand down); that renewal must not bring the Lease back (its uid no
+/// longer matches); the next token is still larger than the deleted Lease's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lease_kubectl_deleted_stays_deleted_and_tokens_still_grow() {
     let h = kube().await;

@@ -164,3 +164,26 @@ fn debug_output_never_shows_the_secret_or_the_session_token() {
         assert!(!shown.contains(secret) && !shown.contains(token), "a credential leaked: {shown}");
     }
 }
+
+/// `leaderrun release` is the way to make a holder stand down (deleting the lock's item is
+/// not: a standby could start beside the running child). A `--wait` standby starts its child
+/// only after the released holder's child has stopped, and the holder exits 75.
+#[test]
+fn release_stops_the_holder_before_a_standby_starts() {
+    let f = e2e::Fixture::<MotoDynamo>::start(Tokens::Rising);
+    let timing = f.short_timing();
+    let timing: Vec<&str> = timing.iter().map(String::as_str).collect();
+    let a = r#"trap 'echo "a stopped" >> "$D/log"; exit 0' TERM; echo "a started" >> "$D/log"; while :; do sleep 0.1; done"#;
+    let args = [&["--lock", "job", "--wait"][..], &timing, &["--", "sh", "-c", a]].concat();
+    let mut holder = f.sb.spawn("holder", f.at(&args));
+    wait_for(|| f.sb.read("log").contains("a started"), SOON, "the holder's child");
+    let b = r#"echo "b started" >> "$D/log""#;
+    let args = [&["-vv", "--lock", "job", "--wait"][..], &timing, &["--", "sh", "-c", b]].concat();
+    let mut standby = f.sb.spawn("standby", f.at(&args));
+    wait_for(|| standby.stderr().contains("lock is held"), SOON, "the standby to wait");
+    let out = f.sb.output(f.at(&["release", "--lock", "job"]));
+    assert_eq!(out.status.code(), Some(0), "stderr {:?}", stderr_of(&out));
+    assert_eq!(holder.wait_code(WITHIN_A_LEASE), 75, "a released holder");
+    assert_eq!(standby.wait_code(WITHIN_A_LEASE), 0, "the standby's turn");
+    assert_eq!(f.sb.lines("log"), ["a started", "a stopped", "b started"], "never both at once");
+}

@@ -22,7 +22,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::process::{start_on_free_ports, ServerProcess};
 use super::TestServer;
@@ -179,24 +179,14 @@ impl FakeGcs {
             .spawn()
             .map_err(|e| format!("cannot run {}: {e}", binary().display()))?;
         self.server.set(child);
-        let started = Instant::now();
-        loop {
-            if self.server.exited() {
-                return Err(format!("fake-gcs-server exited; log: {}", self.log_tail()));
-            }
-            if self.request("GET", "/storage/v1/b", "").is_some_and(|(status, _)| status == 200) {
-                return Ok(());
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                self.stop();
-                return Err(format!("fake-gcs-server not ready within 60 s; log: {}", self.log_tail()));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let log = self.dir.path().join("log");
+        let ready = self.server.wait_ready("fake-gcs-server", &log, Duration::from_millis(20), || {
+            self.request("GET", "/storage/v1/b", "").is_some_and(|(status, _)| status == 200)
+        });
+        if ready.is_err() {
+            self.stop();
         }
-    }
-
-    fn log_tail(&self) -> String {
-        super::process::log_tail(&self.dir.path().join("log"))
+        ready
     }
 }
 

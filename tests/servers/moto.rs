@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::process::{start_on_free_ports, ServerProcess};
 use super::{TestServer, WrongSecret};
@@ -246,26 +246,16 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
         }
         let child = cmd.spawn().map_err(|e| format!("cannot run moto_server: {e}"))?;
         self.server.set(child);
-        let started = Instant::now();
-        loop {
-            if self.server.exited() {
-                return Err(format!("moto_server exited; log: {}", self.log_tail()));
-            }
-            // Any answer from the recorder's own API (which counts as no action for IAM's
-            // checks, and is not recorded) says the server serves.
-            if self.request("GET", "/moto-api/recorder/download-recording", "").is_some() {
-                return Ok(());
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                self.stop();
-                return Err(format!("moto_server not ready within 60 s; log: {}", self.log_tail()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        // Any answer from the recorder's own API (which counts as no action for IAM's checks,
+        // and is not recorded) says the server serves.
+        let log = self.dir.path().join("log");
+        let ready = self.server.wait_ready("moto_server", &log, Duration::from_millis(50), || {
+            self.request("GET", "/moto-api/recorder/download-recording", "").is_some()
+        });
+        if ready.is_err() {
+            self.stop();
         }
-    }
-
-    fn log_tail(&self) -> String {
-        super::process::log_tail(&self.dir.path().join("log"))
+        ready
     }
 }
 

@@ -1,8 +1,13 @@
 //! What every throw-away server shares: its process (stopped cleanly on request, killed
 //! when dropped), and starting on free ports.
 
+use std::path::Path;
 use std::process::Child;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a server just started may take to serve.
+const READY_WITHIN: Duration = Duration::from_secs(60);
 
 /// A server's running process, if any.
 #[derive(Default)]
@@ -35,6 +40,31 @@ impl ServerProcess {
         if let Some(mut child) = self.lock().take() {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
             let _ = child.wait();
+        }
+    }
+
+    /// Wait until `ready` (asked every `every`) says the server `name`, just started, serves.
+    /// An error with its log's tail if it exits first or is not ready within 60 s (the
+    /// caller then stops it).
+    pub fn wait_ready(
+        &self,
+        name: &str,
+        log: &Path,
+        every: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            if self.exited() {
+                return Err(format!("{name} exited; log: {}", log_tail(log)));
+            }
+            if ready() {
+                return Ok(());
+            }
+            if started.elapsed() > READY_WITHIN {
+                return Err(format!("{name} not ready within {} s; log: {}", READY_WITHIN.as_secs(), log_tail(log)));
+            }
+            std::thread::sleep(every);
         }
     }
 
@@ -72,7 +102,7 @@ pub fn start_on_free_ports(
 }
 
 /// The last ten lines of a server's log file, newest first, for a panic message.
-pub fn log_tail(file: &std::path::Path) -> String {
+pub fn log_tail(file: &Path) -> String {
     let log = std::fs::read_to_string(file).unwrap_or_default();
     let tail: Vec<&str> = log.lines().rev().take(10).collect();
     format!("{tail:#?}")

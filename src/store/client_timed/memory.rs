@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::records::{Created, Feed, Found, Read, Record, Records, Version, Written};
-use crate::store::Result;
+use super::server_clock;
+use crate::store::{Result, StoreError};
 
 /// The last version issued, and each lock's record with its version.
 type Rows = (u64, BTreeMap<String, (Record, u64)>);
@@ -26,6 +27,9 @@ struct Server {
     writes: watch::Sender<u64>,
     /// Bumped to end every open watch.
     epoch: watch::Sender<u64>,
+    /// Floors from the server's clock, as an object store gives them (S3, DynamoDB, Cloud
+    /// Storage: `server_clock.rs`), instead of from the version sequence.
+    seconds: bool,
 }
 
 impl Server {
@@ -33,7 +37,8 @@ impl Server {
         let rows = self.rows.lock().unwrap();
         let found =
             rows.1.get(lock).map(|(record, v)| Found { record: record.clone(), version: Version(v.to_string()) });
-        Read { found, server_time: Some(self.now()), floor: rows.0 }
+        let floor = if self.seconds { server_clock::floor(Some(self.now()), found.is_some()) } else { rows.0 };
+        Read { found, server_time: Some(self.now()), floor }
     }
 
     /// The server's clock, cut down to its resolution.
@@ -88,6 +93,8 @@ pub struct MemoryRecords {
     polled: Option<Duration>,
     /// Hold this client's next create until the sender fires (or is dropped).
     create_gate: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// Fail the first read after this client's next create (a lost answer).
+    fail_read_after_create: Mutex<(bool, bool)>,
 }
 
 impl MemoryRecords {
@@ -98,13 +105,37 @@ impl MemoryRecords {
     /// Records whose server clock counts in steps of `resolution` (an HTTP `Date`'s second).
     pub fn with_resolution(clock: Arc<dyn Fn() -> SystemTime + Send + Sync>, resolution: Duration) -> Self {
         let (writes, epoch) = (watch::channel(0).0, watch::channel(0).0);
-        let server = Server { rows: Mutex::default(), clock, resolution, writes, epoch };
-        Self { server: Arc::new(server), requests: Mutex::default(), polled: None, create_gate: Mutex::default() }
+        let server = Server { rows: Mutex::default(), clock, resolution, writes, epoch, seconds: false };
+        Self::of(Arc::new(server))
+    }
+
+    /// Records whose token floors come from the server's clock in whole seconds, as an object
+    /// store's `Date` gives them (`server_clock.rs`): no number outlives a deleted record.
+    pub fn with_server_seconds(clock: Arc<dyn Fn() -> SystemTime + Send + Sync>) -> Self {
+        let (writes, epoch) = (watch::channel(0).0, watch::channel(0).0);
+        let resolution = Duration::from_secs(1);
+        let server = Server { rows: Mutex::default(), clock, resolution, writes, epoch, seconds: true };
+        Self::of(Arc::new(server))
+    }
+
+    fn of(server: Arc<Server>) -> Self {
+        Self {
+            server,
+            requests: Mutex::default(),
+            polled: None,
+            create_gate: Mutex::default(),
+            fail_read_after_create: Mutex::default(),
+        }
     }
 
     /// Another client of the same records, with a request count of its own.
     pub fn client(&self) -> Self {
-        Self { server: self.server.clone(), requests: Mutex::default(), polled: None, create_gate: Mutex::default() }
+        Self::of(self.server.clone())
+    }
+
+    /// Fail the first read after this client's next create, as a lost answer would.
+    pub fn fail_read_after_next_create(&self) {
+        *self.fail_read_after_create.lock().unwrap() = (true, false);
     }
 
     /// Hold this client's next create, after its read, until the returned sender fires.
@@ -158,6 +189,13 @@ impl MemoryRecords {
 impl Records for MemoryRecords {
     async fn read(&self, lock: &str) -> Result<Read> {
         self.log("read");
+        {
+            let mut fail = self.fail_read_after_create.lock().unwrap();
+            if *fail == (true, true) {
+                *fail = (false, false);
+                return Err(StoreError::unavailable("the read's answer was lost"));
+            }
+        }
         Ok(self.server.snapshot(lock))
     }
 
@@ -167,15 +205,20 @@ impl Records for MemoryRecords {
         if let Some(gate) = gate {
             let _ = gate.await; // held up between its read and its write, as on a slow network
         }
+        let Some(version) = self.server.write_if(lock, Some(record), |now| now.is_none()) else {
+            return Ok(Created::Moved);
+        };
+        {
+            let mut fail = self.fail_read_after_create.lock().unwrap();
+            fail.1 = fail.0;
+        }
+        if self.server.seconds {
+            return Ok(Created::Done { version, floor: server_clock::create_floor(Some(self.server.now())) });
+        }
         // Every token is at most the version of the write that carried it (it is one more than
         // a version read before that write), so every write before this one carried less.
-        Ok(match self.server.write_if(lock, Some(record), |now| now.is_none()) {
-            Some(version) => {
-                let floor = version.0.parse::<u64>().expect("a number") - 1;
-                Created::Done { version, floor }
-            }
-            None => Created::Moved,
-        })
+        let floor = version.0.parse::<u64>().expect("a number") - 1;
+        Ok(Created::Done { version, floor })
     }
 
     async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Written> {
@@ -216,6 +259,10 @@ impl Records for MemoryRecords {
 
     fn server_clock_resolution(&self) -> Duration {
         self.server.resolution
+    }
+
+    fn counts(&self, token: u64, read: &Read) -> bool {
+        !self.server.seconds || server_clock::token_counts(token, read.server_time)
     }
 
     async fn watch(&self, lock: &str, version: &Version) -> Result<Option<Feed>> {

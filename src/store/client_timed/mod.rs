@@ -27,7 +27,10 @@
 //!   was made, held and deleted meanwhile. So the store reports with each create a floor
 //!   of its own (the create's revision, or its server second), and a create whose token is
 //!   not above it is rewritten with a token that is, in one write guarded by the create's
-//!   version, before it counts (`ClientTimed::above`).
+//!   version, before it counts (`ClientTimed::above`). Where the floor is the server's
+//!   second, a token above the floor of the second it was written in counts only once that
+//!   second is over, whichever write carried it (`Records::counts`; `ClientTimed::settled`
+//!   reads until then): a takeover of a record whose create never counted carries one.
 //! - A --min-hold keep leaves the record held (client-go sees a holder whose lease lasts
 //!   the keep) and notes `kept_until` on the store server's clock (its HTTP `Date`), so
 //!   the next cron firing takes it at once on whichever host fires first, and a late host

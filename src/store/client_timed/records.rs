@@ -132,6 +132,15 @@ pub trait Records: Send + Sync {
     fn poll_every(&self) -> Option<Duration> {
         None
     }
+    /// Whether a lease granted with `token` may count as of `read` (the read its write was
+    /// based on, or one made since): only once every create that lands from then on is told
+    /// a floor of at least `token` (`Created::Done`), so that no later acquisition can repeat
+    /// or undercut it, whichever write carried it and whatever happened to the record since.
+    /// Until then the core reads again until it does. By default at once: a floor that every
+    /// write advances (a resourceVersion, an entity version) is already past it.
+    fn counts(&self, _token: u64, _read: &Read) -> bool {
+        true
+    }
     /// `Store::observing`, for `leaderrun watch`: the store's own, as the core adds nothing.
     fn observing(&self) -> Observing {
         Observing::Polls

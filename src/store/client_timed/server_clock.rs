@@ -19,12 +19,14 @@
 //!   the core raises the create's token above that, in one write guarded by the create's
 //!   version, before any child runs under it.
 //! - Another create lands in the same second after a deletion, with the same floor. So a
-//!   create counts only once the server's clock has left the second it landed in
-//!   (`create_is_settled`), with the object unchanged: any later create then lands in a
-//!   later second, above every token of this object's life. The cost: the first acquisition
-//!   of a lock, and the first after its object was deleted, wait for the rest of that second
-//!   (nothing if it had already passed when the write was answered; half a second on
-//!   average, at most one).
+//!   token counts only once every later create is told a floor at least as large
+//!   (`token_counts`), with the object unchanged: a create's token once the server's clock
+//!   has left the second it landed in, and so does any token written above the floor of the
+//!   next second, whichever write carried it (a takeover of a record whose create never
+//!   counted, its settling read lost, carries one). The core waits for it
+//!   (`Records::counts`). The cost: the first acquisition of a lock, and the first after its
+//!   object was deleted, wait for the rest of that second (half a second on average, at most
+//!   one); an ordinary takeover, nothing.
 //!
 //! This holds as long as the `Date` the bucket's servers send never goes back by a second (a
 //! stepped-back clock, or servers whose clocks straddle a second boundary, could repeat a
@@ -58,6 +60,16 @@ pub fn floor(date: Option<SystemTime>, object_exists: bool) -> u64 {
 /// empty.) A create whose token is not above it is raised.
 pub fn create_floor(written: Option<SystemTime>) -> u64 {
     floor(written, false)
+}
+
+/// Whether a lease granted with `token` may count once the server's clock reads `now`: every
+/// create that lands from then on is told a floor of at least `token` (`create_floor`). A
+/// create's token (from the next second's floor) counts once its second is over; so does a
+/// takeover of a record whose token came from a create that never counted (its settling read
+/// failed), or it could run above a later create's token. With no server clock, there is no
+/// floor to protect.
+pub fn token_counts(token: u64, now: Option<SystemTime>) -> bool {
+    now.is_none() || create_floor(now) >= token
 }
 
 /// Whether the server's clock, read at `now`, has left the second a create landed in

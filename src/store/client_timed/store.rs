@@ -14,6 +14,10 @@ use crate::store::{Acquire, Lease, LockRecord, Renew, Result, Store, StoreError}
 
 /// Guarded writes retried this often when the record moves under them before giving up.
 const MAX_RACES: usize = 20;
+/// How often a lease whose token does not count yet (`Records::counts`) reads the record
+/// again, and how many times at most (a server clock that does not move).
+const SETTLE_POLL: Duration = Duration::from_millis(250);
+const MAX_SETTLE_POLLS: usize = 20;
 
 /// The host's wall clock, injectable: written into records for display, and used for a
 /// --min-hold keep only where the store reports no clock of its own.
@@ -205,6 +209,30 @@ impl ClientTimed {
         Ok(self.replace(lock, &raised, &version).await?.map(|version| (raised, version)))
     }
 
+    /// Whether `record`, just written at `version` by a write based on `read`, may count: at
+    /// once if the store says its token does as of that read, else once a later read says so
+    /// (`Records::counts`). False if the record moved meanwhile (the caller re-reads).
+    async fn settled(&self, lock: &str, record: &Record, version: &Version, read: &Read) -> Result<bool> {
+        let token = record.token.expect("written with a token");
+        if self.records.counts(token, read) {
+            return Ok(true);
+        }
+        for _ in 0..MAX_SETTLE_POLLS {
+            tokio::time::sleep(SETTLE_POLL).await;
+            let now = self.records.read(lock).await?;
+            if now.found.as_ref().map(|f| &f.version) != Some(version) {
+                return Ok(false);
+            }
+            if self.records.counts(token, &now) {
+                return Ok(true);
+            }
+        }
+        Err(StoreError::unavailable(format!(
+            "acquiring {lock:?}: the store server's clock did not pass the token's second within {:?}",
+            SETTLE_POLL * MAX_SETTLE_POLLS as u32
+        )))
+    }
+
     /// Write `record` over `version`; on `Moved`, the caller re-reads.
     async fn replace(&self, lock: &str, record: &Record, version: &Version) -> Result<Option<Version>> {
         Ok(match self.records.replace(lock, record, version).await? {
@@ -239,10 +267,13 @@ impl Store for ClientTimed {
                 let Created::Done { version, floor } = self.records.create(lock, &mine).await? else {
                     continue; // created by another meanwhile: read it
                 };
-                match self.above(lock, mine, version, floor).await? {
-                    Some((mine, version)) => return Ok(self.won(lock, identity, mine, version, answered)),
-                    None => continue, // it moved before its token was made good: read it
+                let Some((mine, version)) = self.above(lock, mine, version, floor).await? else {
+                    continue; // it moved before its token was made good: read it
+                };
+                if self.settled(lock, &mine, &version, &read).await? {
+                    return Ok(self.won(lock, identity, mine, version, answered));
                 }
+                continue; // deleted, or taken over, before it counted
             };
             let free = record.is_released() || self.keep_over(record, &read);
             if !free {
@@ -263,7 +294,9 @@ impl Store for ClientTimed {
             }
             let mine = self.taken(identity, ttl, Some(record), read.floor);
             if let Some(version) = self.replace(lock, &mine, version).await? {
-                return Ok(self.won(lock, identity, mine, version, answered));
+                if self.settled(lock, &mine, &version, &read).await? {
+                    return Ok(self.won(lock, identity, mine, version, answered));
+                }
             }
         }
         Err(Self::raced("acquiring", lock))

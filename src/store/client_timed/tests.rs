@@ -345,3 +345,29 @@ async fn a_keep_on_a_server_clock_of_whole_seconds_never_ends_early() {
     let won_at = tokio::time::Instant::now() - acquired;
     assert!(won_at >= keep, "the keep of {keep:?} ended after {won_at:?} (the late host waited {waited:?})");
 }
+
+/// Where floors come from the server's clock (S3, DynamoDB, Cloud Storage), a token above the
+/// floor of the second it was written in counts only once that second is over, whichever
+/// write carried it. Within one server second: A1 creates (the next second's floor + 1) but
+/// the read that would settle it fails, so A1 gives the record back; A2 takes the released
+/// record with one more; the record is deleted; A3 creates with the next second's floor + 1
+/// again. Had A2 run at once, A3 would run after it with a smaller token.
+#[tokio::test(start_paused = true)]
+async fn a_token_above_its_seconds_floor_counts_only_once_that_second_is_over() {
+    let records = Arc::new(MemoryRecords::with_server_seconds(wall(Duration::ZERO, false)));
+    let client = |records: MemoryRecords| {
+        Arc::new(ClientTimed::with_clocks(Arc::new(records), Arc::new(TokioClock::new()), wall(Duration::ZERO, false)))
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await; // a tenth into a server second
+    let a1_records = records.client();
+    a1_records.fail_read_after_next_create();
+    let a1 = client(a1_records);
+    assert!(a1.acquire("job", "a1", TTL).await.is_err(), "A1's settle read failed");
+    // As the elector does after an acquire that failed: give back whatever it may have won.
+    a1.abandon("job", "a1").await.unwrap();
+    assert!(records.get("job").unwrap().is_released());
+    let a2 = take(&*client(records.client()), "job", "a2").await;
+    records.delete("job");
+    let a3 = take(&*client(records.client()), "job", "a3").await;
+    assert!(a3.token > a2.token, "A3 ran with token {} after A2's {}", a3.token, a2.token);
+}

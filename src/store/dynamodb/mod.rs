@@ -7,10 +7,11 @@
 //!   each write replaces; the server's clock is the response's `Date`, the token floor comes
 //!   from it (`client_timed/server_clock.rs`).
 //! - create: PutItem with `attribute_not_exists(key)` (a failed condition: someone else
-//!   created it first); if the server's clock still reads the second the write landed in,
-//!   read until it does not (at most a second), so that tokens outlive a deleted item; an
-//!   item that changed or vanished meanwhile is a lost race. A create that landed in a later
-//!   second than its read has its token raised by the core from that second before it counts.
+//!   created it first). A create that landed in a later second than its read has its token
+//!   raised by the core from that second; and the core counts a token from the next second's
+//!   floor only once the server's clock has left the second it was written in (`counts`: it
+//!   reads until then, at most a second), so that tokens outlive a deleted item; an item that
+//!   changed or vanished meanwhile is a lost race.
 //! - replace: PutItem with `recordVersionNumber = :previous` (a failed condition: it changed,
 //!   or was deleted).
 //! - list: a consistent Scan of the table.
@@ -47,14 +48,12 @@ pub use target::Target;
 use self::errors::{classify, Failure};
 use self::item::{attributes, lock_of, new_version, parse, Attributes, Item, KEY, VERSION};
 use crate::store::aws::DateHeader;
-use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
+use crate::store::client_timed::server_clock::{create_floor, floor, token_counts};
 use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::{Access, Result, Store, StoreError};
 
 /// How often a waiting standby reads the item (`Records::poll_every`: 1 to 1.5 × this).
 const POLL_EVERY: Duration = Duration::from_secs(1);
-/// How often a create asks the server's clock while it settles.
-const SETTLE_POLL: Duration = Duration::from_millis(250);
 
 /// The DynamoDB store for `target`: the client-timed core over this table's items.
 pub async fn open(target: &Target, access: Access) -> Result<Box<dyn Store>> {
@@ -193,21 +192,6 @@ impl DynamoRecords {
             }
         }
     }
-
-    /// Wait until the server's clock has left the second a create landed in (see
-    /// `client_timed/server_clock.rs`); false if the item changed or vanished meanwhile.
-    async fn settle_create(&self, lock: &str, version: &str, written: Option<SystemTime>) -> Result<bool> {
-        let mut now = written;
-        while !create_is_settled(written, now) {
-            tokio::time::sleep(SETTLE_POLL).await;
-            let (current, date) = self.get(lock).await?;
-            if current.map(|item| item.version).as_deref() != Some(version) {
-                return Ok(false);
-            }
-            now = date;
-        }
-        Ok(true)
-    }
 }
 
 #[async_trait]
@@ -221,9 +205,6 @@ impl Records for DynamoRecords {
 
     async fn create(&self, lock: &str, record: &Record) -> Result<Created> {
         let (Some(version), written) = self.put(lock, record, None).await? else { return Ok(Created::Moved) };
-        if !self.settle_create(lock, &version, written).await? {
-            return Ok(Created::Moved); // deleted, or taken over, before it counted
-        }
         Ok(Created::Done { version: Version(version), floor: create_floor(written) })
     }
 
@@ -258,5 +239,10 @@ impl Records for DynamoRecords {
     /// The server's clock is the HTTP `Date`, in whole seconds.
     fn server_clock_resolution(&self) -> Duration {
         Duration::from_secs(1)
+    }
+
+    /// Tokens follow the server's clock: one counts once no later create can undercut it.
+    fn counts(&self, token: u64, read: &Read) -> bool {
+        token_counts(token, read.server_time)
     }
 }

@@ -8,11 +8,11 @@
 //!   (`client_timed/server_clock.rs`): Google documents generations as unique, not as
 //!   increasing, so they cannot be a floor.
 //! - create: a multipart upload with `ifGenerationMatch=0` (412: someone else created it
-//!   first); then, if the server's clock still reads the second the upload landed in,
-//!   objects.get until it does not (at most a second), so that tokens outlive a deleted
-//!   object; an object that changed or vanished meanwhile is a lost race. An upload that
-//!   landed in a later second than its read has its token raised by the core from that
-//!   second before it counts.
+//!   first). An upload that landed in a later second than its read has its token raised by
+//!   the core from that second; and the core counts a token from the next second's floor
+//!   only once the server's clock has left the second it was written in (`counts`: it reads
+//!   until then, at most a second), so that tokens outlive a deleted object; an object that
+//!   changed or vanished meanwhile is a lost race.
 //! - replace: the same upload with `ifGenerationMatch=G&ifMetagenerationMatch=M` (412: it
 //!   changed; 404: it was deleted).
 //! - list: objects.list under the prefix; each item carries its metadata, so its record
@@ -53,7 +53,7 @@ pub use target::Target;
 
 use self::api::{Bucket, Object, Precondition, Upload};
 use self::object::{lock_of, name_of, Body};
-use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
+use crate::store::client_timed::server_clock::{create_floor, floor, token_counts};
 use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::google::{GoogleApi, Service};
 use crate::store::Access;
@@ -61,8 +61,6 @@ use crate::store::{Result, Store, StoreError};
 
 /// How often a waiting standby reads the object (`Records::poll_every`: 1 to 1.5 × this).
 const POLL_EVERY: Duration = Duration::from_secs(1);
-/// How often a create asks the server's clock while it settles.
-const SETTLE_POLL: Duration = Duration::from_millis(250);
 
 /// The Cloud Storage store for `target`, at Google (Application Default Credentials) or at
 /// the emulator `STORAGE_EMULATOR_HOST` names: the client-timed core over its objects.
@@ -143,22 +141,6 @@ impl GcsRecords {
             Upload::Precondition | Upload::NotFound => (None, date),
         })
     }
-
-    /// Wait until the server's clock has left the second a create landed in (answered at
-    /// `answered`; see `client_timed/server_clock.rs`); false if the object changed or
-    /// vanished meanwhile.
-    async fn settle_create(&self, name: &str, written: &Version, answered: Option<SystemTime>) -> Result<bool> {
-        let mut now = answered;
-        while !create_is_settled(answered, now) {
-            tokio::time::sleep(SETTLE_POLL).await;
-            let (current, date) = self.bucket.get(name).await?;
-            if current.as_ref().map(version).as_ref() != Some(written) {
-                return Ok(false);
-            }
-            now = date;
-        }
-        Ok(true)
-    }
 }
 
 #[async_trait]
@@ -179,9 +161,6 @@ impl Records for GcsRecords {
         let (written, answered) =
             self.write(&name, record, Precondition { generation: 0, metageneration: None }).await?;
         let Some(written) = written else { return Ok(Created::Moved) };
-        if !self.settle_create(&name, &written, answered).await? {
-            return Ok(Created::Moved); // deleted, or taken over, before it counted
-        }
         Ok(Created::Done { version: written, floor: create_floor(answered) })
     }
 
@@ -215,6 +194,11 @@ impl Records for GcsRecords {
     /// The server's clock is the HTTP `Date`, in whole seconds.
     fn server_clock_resolution(&self) -> Duration {
         Duration::from_secs(1)
+    }
+
+    /// Tokens follow the server's clock: one counts once no later create can undercut it.
+    fn counts(&self, token: u64, read: &Read) -> bool {
+        token_counts(token, read.server_time)
     }
 }
 

@@ -5,12 +5,13 @@
 //! - read: GetObject (404: no record). The version is the object's ETag (with the body's
 //!   write counter, which the next write increments); the server's clock is the response's
 //!   `Date`, the token floor comes from it (`client_timed/server_clock.rs`).
-//! - create: PutObject with `If-None-Match: *` (412: someone else created it first); if the
-//!   server's clock still reads the second the PUT landed in, HEAD until it does not (at most
-//!   a second), so that tokens outlive a deleted object (`client_timed/server_clock.rs`); an
-//!   object that changed or vanished meanwhile is a lost race. A PUT that landed in a later
-//!   second than its read (a slow network, a paused host, an SDK retry) has its token raised
-//!   by the core from that second before it counts.
+//! - create: PutObject with `If-None-Match: *` (412: someone else created it first). A PUT
+//!   that landed in a later second than its read (a slow network, a paused host, an SDK
+//!   retry) has its token raised by the core from that second; and the core counts a token
+//!   from the next second's floor only once the server's clock has left the second it was
+//!   written in (`counts`: it reads until then, at most a second), so that tokens outlive a
+//!   deleted object (`client_timed/server_clock.rs`); an object that changed or vanished
+//!   meanwhile is a lost race.
 //! - replace: PutObject with `If-Match: ETAG` (412: it changed; 404: it was deleted).
 //! - list: ListObjectsV2 under the prefix, then GetObject of each lock's object.
 //! - waiting: S3 cannot watch, so a standby's core reads the object every 1 to 1.5 s
@@ -47,15 +48,13 @@ pub use target::Target;
 use self::errors::{classify, Failure};
 use self::object::{key_of, lock_of, Body};
 use crate::store::aws::DateHeader;
-use crate::store::client_timed::server_clock::{create_floor, create_is_settled, floor};
+use crate::store::client_timed::server_clock::{create_floor, floor, token_counts};
 use crate::store::client_timed::{client_timed, Created, Found, Read, Record, Records, Version, Written};
 use crate::store::Access;
 use crate::store::{Result, Store, StoreError};
 
 /// How often a waiting standby reads the object (`Records::poll_every`: 1 to 1.5 × this).
 const POLL_EVERY: Duration = Duration::from_secs(1);
-/// How often a create asks the server's clock while it settles.
-const SETTLE_POLL: Duration = Duration::from_millis(250);
 /// Objects listed per ListObjectsV2 page.
 const PAGE: i32 = 1000;
 
@@ -145,21 +144,6 @@ impl S3Records {
         StoreError::refused(format!("s3://{}: {operation} {key}: the server sent no ETag", self.bucket))
     }
 
-    /// HeadObject: the object's ETag (`None`: no object) and the server's clock.
-    async fn head(&self, key: &str) -> Result<(Option<String>, Option<SystemTime>)> {
-        let date = DateHeader::default();
-        let sent = self.client.head_object().bucket(&self.bucket).key(key).customize().interceptor(date.clone()).send();
-        match sent.await {
-            Ok(output) => {
-                Ok((Some(output.e_tag().ok_or_else(|| self.no_etag("HeadObject", key))?.to_string()), date.get()))
-            }
-            Err(err) => match classify(&self.bucket, &format!("HeadObject {key}"), err) {
-                Failure::NoSuchKey => Ok((None, date.get())),
-                other => Err(self.error("HeadObject", key, other)),
-            },
-        }
-    }
-
     /// PutObject of `body` under a precondition (`If-None-Match: *`, or `If-Match: etag`).
     /// `Ok(None)`: the precondition failed (or the object is gone). Also the server's clock.
     async fn put(
@@ -190,21 +174,6 @@ impl S3Records {
             },
         }
     }
-
-    /// Wait until the server's clock has left the second a create landed in (see
-    /// `client_timed/server_clock.rs`); false if the object changed or vanished meanwhile.
-    async fn settle_create(&self, key: &str, etag: &str, written: Option<SystemTime>) -> Result<bool> {
-        let mut now = written;
-        while !create_is_settled(written, now) {
-            tokio::time::sleep(SETTLE_POLL).await;
-            let (current, date) = self.head(key).await?;
-            if current.as_deref() != Some(etag) {
-                return Ok(false);
-            }
-            now = date;
-        }
-        Ok(true)
-    }
 }
 
 #[async_trait]
@@ -221,9 +190,6 @@ impl Records for S3Records {
         let key = self.key(lock)?;
         let body = Body::new(record, 1);
         let (Some(etag), written) = self.put(&key, &body, None).await? else { return Ok(Created::Moved) };
-        if !self.settle_create(&key, &etag, written).await? {
-            return Ok(Created::Moved); // deleted, or taken over, before it counted
-        }
         Ok(Created::Done { version: version(&etag, body.writes), floor: create_floor(written) })
     }
 
@@ -273,6 +239,11 @@ impl Records for S3Records {
     /// The server's clock is the HTTP `Date`, in whole seconds.
     fn server_clock_resolution(&self) -> Duration {
         Duration::from_secs(1)
+    }
+
+    /// Tokens follow the server's clock: one counts once no later create can undercut it.
+    fn counts(&self, token: u64, read: &Read) -> bool {
+        token_counts(token, read.server_time)
     }
 }
 
