@@ -68,7 +68,7 @@ use tokio::time::Instant;
 use self::api::Api;
 use self::blob::{Container, LeaseAnswer, Properties};
 use self::record::{blob_of, kept_until, lock_of, millis, record, LeaseState, Meta};
-use crate::store::client_timed::server_clock::{create_is_settled, floor};
+use crate::store::client_timed::server_clock::{floor, token_counts};
 use crate::store::{poll_until_free, Access, Acquire, Lease, LockRecord, Renew, Result, Store, StoreError};
 
 /// How often a waiting standby reads the blob (1 to 1.5 × this, `poll_until_free`).
@@ -252,8 +252,8 @@ impl AzBlobStore {
         Ok(if record.is_held() { record } else { LockRecord { holder: Some("(being taken)".into()), ..record } })
     }
 
-    /// Under a lease just acquired: check for a keep, write the new token, and (for a blob
-    /// that had no token) wait until it counts. `Ok(Err(record))`: a keep holds the lock.
+    /// Under a lease just acquired: check for a keep, write the new token, and wait until it
+    /// counts (a blob's first token, or one above the current second's floor). `Ok(Err(record))`: a keep holds the lock.
     async fn take(
         &self,
         lock: &str,
@@ -291,8 +291,11 @@ impl AzBlobStore {
         let Some(written) = self.container.set_metadata(blob, lease_id, &meta, None).await? else {
             return Err(lost());
         };
+        // A token counts once no later create can be told a smaller floor: a fresh blob's
+        // once its second is over, and so does any token above the current second's floor
+        // (a takeover of a blob whose first token never counted, its settling read lost).
         let mut now = written.date;
-        while fresh && !create_is_settled(written.date, now) {
+        while !token_counts(token, now) {
             tokio::time::sleep(SETTLE_POLL).await;
             let (properties, date) = self.container.properties(blob).await?;
             match properties {
