@@ -40,6 +40,9 @@ pub enum Behaviour {
     /// Do the work, then answer with an error (a reply lost to a reset, or a client-side
     /// timeout that fired after the request went out).
     DoneThenFail,
+    /// Never answer, and do the work this much later, whether or not the caller still waits
+    /// (a request queued on the server, or on another connection, that lands late).
+    LandsAfter(Duration),
 }
 
 pub struct MemoryStore {
@@ -58,6 +61,9 @@ pub struct MemoryStore {
     acquire_for: Mutex<BTreeMap<String, Behaviour>>,
     /// How `status` reads answer (and so a give-back, which reads before it releases).
     status_behaviour: Mutex<Behaviour>,
+    /// Acquires still on their way (`Behaviour::LandsAfter`): when each lands, the lock, the
+    /// identity and the ttl. Any later look at the store lands those due first.
+    landing: Mutex<Vec<(Duration, String, String, Duration)>>,
     /// What `longest_ttl` and `longest_keep` answer (a store that keeps leases, or locks
     /// after their child exits, for a limited time only: a NATS bucket's max age).
     limits: Mutex<(Option<Duration>, Option<Duration>)>,
@@ -77,6 +83,7 @@ impl MemoryStore {
             limits: Mutex::new((None, None)),
             acquire_for: Mutex::new(BTreeMap::new()),
             status_behaviour: Mutex::new(Behaviour::Normal),
+            landing: Mutex::new(Vec::new()),
         }
     }
 
@@ -138,8 +145,49 @@ impl MemoryStore {
         self.notify.notify_waiters();
     }
 
+    /// Apply the acquires of `Behaviour::LandsAfter` whose time has come.
+    fn land(&self) {
+        let now = self.clock.now();
+        let due: Vec<_> = {
+            let mut landing = self.landing.lock().unwrap();
+            let (due, later) = landing.drain(..).partition(|(at, ..)| *at <= now);
+            *landing = later;
+            due
+        };
+        for (_, lock, identity, ttl) in due {
+            self.take(&lock, &identity, ttl);
+        }
+    }
+
+    /// The acquire's write: the lease if the lock is free, else who holds it.
+    fn take(&self, lock: &str, identity: &str, ttl: Duration) -> Acquire {
+        let now = self.clock.now();
+        let mut rows = self.rows.lock().unwrap();
+        let current = rows.get(lock).cloned();
+        let free = current.as_ref().is_none_or(|r| r.holder.is_none() || r.expires <= now);
+        if !free {
+            return Acquire::Held(self.record(lock, current.as_ref()));
+        }
+        let token = current.map_or(1, |r| r.token + 1);
+        let row = Row {
+            holder: Some(identity.to_string()),
+            token,
+            acquired: now,
+            expires: now + ttl,
+            revoked: false,
+            kept: false,
+        };
+        rows.insert(lock.to_string(), row);
+        let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
+        match *self.confirm_after.lock().unwrap() {
+            Some(after) => Acquire::Confirm { lease, after },
+            None => Acquire::Won(lease),
+        }
+    }
+
     /// When the store would expire the lock's lease (None if free).
     pub fn expiry(&self, lock: &str) -> Option<Duration> {
+        self.land();
         let rows = self.rows.lock().unwrap();
         rows.get(lock).filter(|r| r.holder.is_some()).map(|r| r.expires)
     }
@@ -153,7 +201,7 @@ impl MemoryStore {
             Behaviour::Normal => Ok(()),
             Behaviour::Fail => Err(StoreError::unavailable("injected failure")),
             Behaviour::Refuse => Err(StoreError::refused("injected refusal")),
-            Behaviour::Hang => std::future::pending().await,
+            Behaviour::Hang | Behaviour::LandsAfter(_) => std::future::pending().await,
             Behaviour::Late(_) | Behaviour::DoneThenFail => Ok(()),
         }
     }
@@ -200,40 +248,20 @@ impl Store for MemoryStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         self.log(format!("acquire {identity}"));
         self.ttls.lock().unwrap().push((self.clock.now(), "acquire", ttl));
+        self.land();
         let behaviour =
             self.acquire_for.lock().unwrap().get(lock).copied().unwrap_or(*self.acquire_behaviour.lock().unwrap());
+        if let Behaviour::LandsAfter(after) = behaviour {
+            let at = self.clock.now() + after;
+            self.landing.lock().unwrap().push((at, lock.to_string(), identity.to_string(), ttl));
+        }
         self.behave(behaviour).await?;
-        let now = self.clock.now();
-        let result = {
-            let mut rows = self.rows.lock().unwrap();
-            let current = rows.get(lock).cloned();
-            let free = current.as_ref().is_none_or(|r| r.holder.is_none() || r.expires <= now);
-            if free {
-                let token = current.map_or(1, |r| r.token + 1);
-                rows.insert(
-                    lock.to_string(),
-                    Row {
-                        holder: Some(identity.to_string()),
-                        token,
-                        acquired: now,
-                        expires: now + ttl,
-                        revoked: false,
-                        kept: false,
-                    },
-                );
-                let lease = Lease { lock: lock.to_string(), identity: identity.to_string(), token };
-                match *self.confirm_after.lock().unwrap() {
-                    Some(after) => Acquire::Confirm { lease, after },
-                    None => Acquire::Won(lease),
-                }
-            } else {
-                Acquire::Held(self.record(lock, current.as_ref()))
-            }
-        };
+        let result = self.take(lock, identity, ttl);
         answer(behaviour, result).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        self.land();
         self.log(format!("renew {}", lease.token));
         self.ttls.lock().unwrap().push((self.clock.now(), "renew", ttl));
         let behaviour = *self.renew_behaviour.lock().unwrap();
@@ -258,6 +286,7 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<()> {
+        self.land();
         self.log(format!("release {} keep {keep:?}", lease.token));
         let now = self.clock.now();
         let mut rows = self.rows.lock().unwrap();
@@ -278,6 +307,7 @@ impl Store for MemoryStore {
     }
 
     async fn status(&self, lock: &str) -> Result<LockRecord> {
+        self.land();
         let behaviour = *self.status_behaviour.lock().unwrap();
         self.behave(behaviour).await?;
         let record = {
@@ -288,11 +318,13 @@ impl Store for MemoryStore {
     }
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
+        self.land();
         let rows = self.rows.lock().unwrap();
         Ok(rows.iter().map(|(name, row)| self.record(name, Some(row))).collect())
     }
 
     async fn revoke(&self, lock: &str) -> Result<Option<LockRecord>> {
+        self.land();
         let mut rows = self.rows.lock().unwrap();
         let before = self.record(lock, rows.get(lock));
         if let Some(row) = rows.get_mut(lock).filter(|_| before.is_held()) {

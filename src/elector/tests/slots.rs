@@ -149,3 +149,21 @@ async fn a_short_child_does_not_cut_a_slots_give_back_short() {
     let held: Vec<usize> = (0..2).filter(|&i| s.store.expiry(&slot(i)).is_some()).collect();
     assert!(held.is_empty(), "when the run ends, no slot is left held: {held:?}");
 }
+
+/// A slot's acquire still on its way when its campaign is dropped (another slot won) lands
+/// after the first give-back: the give-back made once more, when that acquire's answer would
+/// have been too late to count, frees it.
+#[tokio::test(start_paused = true)]
+async fn a_slot_acquire_that_lands_after_its_give_back_is_given_back_too() {
+    let mut s = setup();
+    s.store.set_acquire_for(&slot(1), Behaviour::LandsAfter(secs(0.5)));
+    let mut child = s.recorder(Some(secs(30.0)), true);
+    let elector = with_slots(&mut s, "a", Mode::Wait { until: None }, 2);
+    let run = tokio::spawn(async move { (elector.run(&mut child).await, child.slot) });
+    tokio::time::sleep(secs(5.0)).await;
+    assert!(s.store.expiry(&slot(0)).is_some(), "slot 0 runs the child");
+    assert_eq!(s.store.expiry(&slot(1)), None, "slot 1's late acquire was given back");
+    let (outcome, started_in) = run.await.unwrap();
+    assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "{outcome:?}");
+    assert_eq!(started_in, Some(0));
+}
