@@ -156,6 +156,8 @@ async fn a_short_child_does_not_cut_a_slots_give_back_short() {
 #[tokio::test(start_paused = true)]
 async fn a_slot_acquire_that_lands_after_its_give_back_is_given_back_too() {
     let mut s = setup();
+    // Slot 0 is granted at once and answered a moment later, after slot 1's acquire went out.
+    s.store.set_acquire_for(&slot(0), Behaviour::Late(secs(0.1)));
     s.store.set_acquire_for(&slot(1), Behaviour::LandsAfter(secs(0.5)));
     let mut child = s.recorder(Some(secs(30.0)), true);
     let elector = with_slots(&mut s, "a", Mode::Wait { until: None }, 2);
