@@ -120,10 +120,7 @@ async fn a_start_too_late_gives_the_lease_back_and_campaigns_again() {
     let first_release = calls.iter().position(|op| op.starts_with("release")).expect("the lease was given back");
     assert!(calls[..first_release].iter().filter(|op| op.starts_with("acquire")).count() == 1, "{calls:?}");
     assert!(calls[first_release..].iter().any(|op| op.starts_with("acquire")), "campaigned again: {calls:?}");
-    match child.events().first() {
-        Some(Event::Start { token, .. }) => assert_eq!(*token, 2, "the child runs under the second lease"),
-        other => panic!("the child never started: {other:?}"),
-    }
+    assert_eq!(child.first_token(), 2, "the child runs under the second lease");
 }
 
 /// Past its retry bound, a start too late ends the run as a store failure (exit 69), with
@@ -160,8 +157,5 @@ async fn a_ghost_whose_give_back_fails_is_given_back_again_and_the_run_goes_on()
     let mode = Mode::OneShot { until: None, retry_until: secs(5.0) };
     let outcome = s.elector("a", mode, Duration::ZERO).run(&mut child).await;
     assert!(matches!(outcome, Outcome::Exited(ChildExit::Code(0))), "the firing ran: {outcome:?}");
-    match child.events().first() {
-        Some(Event::Start { token, .. }) => assert_eq!(*token, 2, "after the ghost (token 1) was given back"),
-        other => panic!("the child never started: {other:?}"),
-    }
+    assert_eq!(child.first_token(), 2, "after the ghost (token 1) was given back");
 }

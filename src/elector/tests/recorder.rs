@@ -74,6 +74,14 @@ impl Recorder {
             .collect()
     }
 
+    /// The token the child was first started under; panics (naming the events) if it never was.
+    pub(super) fn first_token(&self) -> u64 {
+        match self.events().first() {
+            Some(Event::Start { token, .. }) => *token,
+            other => panic!("the child never started: {other:?}"),
+        }
+    }
+
     pub(super) fn kills(&self) -> Vec<Duration> {
         self.events().into_iter().filter_map(|e| if let Event::Kill { at } = e { Some(at) } else { None }).collect()
     }
