@@ -101,7 +101,25 @@ pub struct Campaigner {
     pub renews_every: Duration,
 }
 
+/// The holder an acquire reports while a store that failed over waits out the old epoch's
+/// leases (`LockRecord::after_failover`).
+pub const FAILOVER_GRACE_HOLDER: &str = "(a lease the store's failover may have lost)";
+
 impl LockRecord {
+    /// The answer to an acquire on a replicated store whose primary changed less than a grace
+    /// ago (docs/safety.md, "A store's own failover"): a lease the old primary granted may still
+    /// have its child running though the new primary has no record of it, so every lock counts
+    /// as held until `left` has passed. `token` is the lock's latest token as the new primary
+    /// shows it.
+    pub fn after_failover(lock: &str, token: u64, left: Duration) -> Self {
+        Self {
+            holder: Some(FAILOVER_GRACE_HOLDER.to_string()),
+            token,
+            expires_in: Some(left),
+            ..Self::free(lock)
+        }
+    }
+
     pub fn is_held(&self) -> bool {
         self.holder.is_some()
     }
