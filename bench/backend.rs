@@ -12,6 +12,7 @@ use leaderrun::store::registry;
 use crate::proxy::{Mode, Proxy};
 use crate::servers::azurite::Azurite;
 use crate::servers::cluster::Cluster;
+use crate::servers::replicated::Replicated;
 use crate::servers::{
     datastore_emulator::DatastoreEmulator, etcd::Etcd, fake_gcs::FakeGcs, kubernetes::KubeApiServer, mariadb::Mariadb,
     moto::Moto, moto_dynamodb::MotoDynamo, nats::Nats, postgres::Postgres, redis::Redis, zookeeper::ZooKeeper,
@@ -75,6 +76,28 @@ enum Server {
     /// A 3-node cluster, and what follows each node list in the URL (NATS: the bucket,
     /// replicated on all three).
     Cluster(Box<dyn Cluster>, &'static str),
+    /// A primary with replicas, failed over by the run (`--replicated`).
+    Replicated(Box<dyn Replicated>),
+}
+
+/// How `--replicated` replicates the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// Asynchronous: a failover may lose the last writes (Redis: with three Sentinels).
+    Async,
+    /// Synchronous (PostgreSQL's `synchronous_standby_names`): an acknowledged write is on the
+    /// replica.
+    Sync,
+}
+
+impl Replication {
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "async" => Ok(Replication::Async),
+            "sync" => Ok(Replication::Sync),
+            other => Err(format!("--replicated {other:?}: async or sync")),
+        }
+    }
 }
 
 /// Start a server of type `S`.
@@ -129,6 +152,64 @@ impl Backend {
             other => panic!("no cluster of {other:?}"),
         };
         Self { kind, server, proxies: Vec::new() }
+    }
+
+    /// A replicated store: PostgreSQL (async or sync), MariaDB (async), Redis with Sentinel
+    /// (async), without proxies: its faults are failovers.
+    pub fn start_replicated(kind: Kind, replication: Replication) -> Result<Self, String> {
+        use crate::servers::{
+            mariadb_replicated::MariadbReplicated, postgres_replicated::PostgresReplicated,
+            redis_sentinel::RedisSentinel,
+        };
+        let replicated: Box<dyn Replicated> = match (kind, replication) {
+            (Kind::Postgres, _) => Box::new(PostgresReplicated::start(replication == Replication::Sync)),
+            (Kind::Mariadb, Replication::Async) => Box::new(MariadbReplicated::start()),
+            (Kind::Redis, Replication::Async) => Box::new(RedisSentinel::start()),
+            (kind, replication) => return Err(format!("no {replication:?} replicated set-up of {kind:?}")),
+        };
+        Ok(Self { kind, server: Server::Replicated(replicated), proxies: Vec::new() })
+    }
+
+    pub fn is_replicated(&self) -> bool {
+        matches!(self.server, Server::Replicated(_))
+    }
+
+    /// Whether an acknowledged write is on the replica: a failover cannot lose it.
+    pub fn is_synchronous(&self) -> bool {
+        matches!(&self.server, Server::Replicated(r) if r.synchronous())
+    }
+
+    fn replicated(&self) -> &dyn Replicated {
+        match &self.server {
+            Server::Replicated(r) => r.as_ref(),
+            _ => panic!("a failover fault on a store that is not replicated"),
+        }
+    }
+
+    /// Keep writes from now on off the replica the next failover promotes.
+    pub fn hold_back(&self) {
+        self.replicated().hold_back()
+    }
+
+    pub fn catch_up(&self) {
+        self.replicated().catch_up()
+    }
+
+    /// SIGKILL the primary and promote the replica; returns once it takes writes.
+    pub fn fail_over(&self) {
+        self.replicated().fail_over()
+    }
+
+    pub fn add_replica(&self) {
+        self.replicated().add_replica()
+    }
+
+    /// The set-up, for the report.
+    pub fn describe(&self) -> Option<String> {
+        match &self.server {
+            Server::Replicated(r) => Some(r.describe()),
+            _ => None,
+        }
     }
 
     pub fn is_cluster(&self) -> bool {
@@ -197,6 +278,7 @@ impl Backend {
             Server::Sqlite(url) => url.clone(),
             Server::Single(server) => server.url(),
             Server::Cluster(cluster, after) => format!("{}{after}", cluster.url()),
+            Server::Replicated(r) => r.url(),
         }
     }
 
@@ -206,6 +288,7 @@ impl Backend {
             Server::Sqlite(url) => url.clone(),
             Server::Single(server) => server.url_via(self.port_of(server.as_ref(), Some(i))),
             Server::Cluster(cluster, after) => format!("{}{after}", cluster.url_from(self.preferred_node(i))),
+            Server::Replicated(r) => r.url(),
         }
     }
 

@@ -23,6 +23,16 @@
 //! next fault. A lease lost to a node fault counts as a false loss: with a quorum standing,
 //! it must cost none whose ttl exceeds the engine's failover time plus two renewals.
 //!
+//! With `--replicated async|sync` (postgres; mariadb and redis: async) it starts a primary with
+//! replicas instead (PostgreSQL: a streaming standby behind a moving endpoint; MariaDB: an
+//! asynchronous replica behind one; Redis: two replicas and three Sentinels, reached by a
+//! `redis+sentinel://` URL), and every fault is a failover: the primary SIGKILLed and a replica
+//! promoted, then a new replica added. Either the replica has caught up first, or (async only)
+//! the run keeps writes off it, makes the holder stand down (`leaderrun release`) and fails
+//! over once another contender has been granted the lock: the new primary never saw that grant.
+//! Tokens must still rise and no two children overlap; the report gives the takeover time after
+//! each kind and the leases lost to failovers that lost nothing.
+//!
 //! Here: the run's settings, the schedule (a fault every gap, on the current holder) and the
 //! report. The faults and how each is applied are in `faults.rs`, the contenders and their
 //! supervisor in `contenders.rs`, the reading of the log in `checker.rs`, the store in
@@ -50,7 +60,7 @@ mod proxy;
 #[path = "../tests/servers/mod.rs"]
 mod servers;
 
-use backend::{Backend, Kind};
+use backend::{Backend, Kind, Replication};
 use checker::{check, Applied};
 use faults::Fault;
 
@@ -81,6 +91,8 @@ struct Config {
     cluster: bool,
     /// --slots N for every contender: up to N children at once, one per slot.
     slots: usize,
+    /// A primary and replicas (PostgreSQL, MariaDB, Redis with Sentinel), failed over.
+    replicated: Option<Replication>,
 }
 
 fn parse_args() -> Result<Config, String> {
@@ -98,7 +110,9 @@ fn parse_args() -> Result<Config, String> {
         store: Kind::Sqlite,
         cluster: false,
         slots: 1,
+        replicated: None,
     };
+    let mut ttl_given = false;
     let mut contenders_given = false;
     let mut it = std::env::args().skip(1);
     let dur = |v: Option<String>, f: &str| -> Result<Duration, String> {
@@ -113,7 +127,13 @@ fn parse_args() -> Result<Config, String> {
             }
             "--slots" => c.slots = it.next().and_then(|v| v.parse().ok()).ok_or("--slots needs a number")?,
             "--seed" => c.seed = it.next().and_then(|v| v.parse().ok()).ok_or("--seed needs a number")?,
-            "--ttl" => c.ttl = dur(it.next(), "--ttl")?,
+            "--ttl" => {
+                c.ttl = dur(it.next(), "--ttl")?;
+                ttl_given = true;
+            }
+            "--replicated" => {
+                c.replicated = Some(Replication::parse(&it.next().ok_or("--replicated needs async or sync")?)?)
+            }
             "--renew-every" => c.renew_every = dur(it.next(), "--renew-every")?,
             "--kill-after" => c.kill_after = dur(it.next(), "--kill-after")?,
             "--gap-min" => c.gap_min = dur(it.next(), "--gap-min")?,
@@ -131,7 +151,8 @@ fn parse_args() -> Result<Config, String> {
                     "usage: leaderrun-faultrun [--faults N] [--contenders N] [--ttl DUR] [--renew-every DUR] \
                      [--kill-after DUR] [--gap-min DUR] [--gap-max DUR] [--seed N] [--keep DIR] [--report FILE.md] \
                      [--store sqlite|postgres|mariadb|redis|etcd|nats|zookeeper|kubernetes|s3|dynamodb|gcs|datastore|azblob] \
-                     [--cluster (etcd, nats, zookeeper: 3 nodes)] [--slots N (contenders: N + 2 by default)]"
+                     [--cluster (etcd, nats, zookeeper: 3 nodes)] [--slots N (contenders: N + 2 by default)] \
+                     [--replicated async|sync (postgres: async or sync; mariadb, redis: async)]"
                 );
                 std::process::exit(0);
             }
@@ -149,6 +170,15 @@ fn parse_args() -> Result<Config, String> {
     }
     if c.cluster && !matches!(c.store, Kind::Etcd | Kind::Nats | Kind::ZooKeeper) {
         return Err("--cluster needs --store etcd, nats or zookeeper".into());
+    }
+    if c.replicated.is_some() && !matches!(c.store, Kind::Postgres | Kind::Mariadb | Kind::Redis) {
+        return Err("--replicated needs --store postgres, mariadb or redis".into());
+    }
+    // A failover (a promotion, a Sentinel's election) takes a second or two: a lease that is to
+    // ride out one it did not lose needs a ttl well above that.
+    if c.replicated.is_some() && !ttl_given {
+        c.ttl = Duration::from_secs(6);
+        c.renew_every = Duration::from_secs(1);
     }
     Ok(c)
 }
@@ -196,14 +226,28 @@ fn main() {
     let temp = tempdir();
     let dir = config.keep.clone().unwrap_or_else(|| temp.clone());
     fs::create_dir_all(&dir).expect("run directory");
-    let backend = if config.cluster {
+    let backend = if let Some(replication) = config.replicated {
+        Backend::start_replicated(config.store, replication).unwrap_or_else(|e| {
+            eprintln!("leaderrun-faultrun: {e}");
+            std::process::exit(2)
+        })
+    } else if config.cluster {
         Backend::start_cluster(config.store, config.contenders)
     } else {
         Backend::start(config.store, &dir, config.contenders)
     };
     let kinds: Vec<Fault> = Fault::ALL
         .into_iter()
-        .filter(|f| if f.needs_cluster() { backend.is_cluster() } else { !f.needs_server() || backend.has_server() })
+        .filter(|f| match () {
+            // A replicated store's run is one of failovers; a synchronous replica cannot be made
+            // to miss an acknowledged write.
+            _ if backend.is_replicated() => {
+                f.needs_replicas() && !(backend.is_synchronous() && *f == Fault::FailOverLosing)
+            }
+            _ if f.needs_replicas() => false,
+            _ if f.needs_cluster() => backend.is_cluster(),
+            _ => !f.needs_server() || backend.has_server(),
+        })
         .collect();
     let log = dir.join("probe.log");
     let _ = fs::remove_file(&log);
@@ -243,6 +287,24 @@ fn main() {
             break;
         };
         let fault = kinds[rng.random_range(0..kinds.len())];
+        // A failover that loses a lease: first a grant the replica never sees.
+        let (holder, wrapper) = if fault == Fault::FailOverLosing {
+            match run.lose_next_lease(&holder, within) {
+                Some((released, next)) => {
+                    applied.push(released);
+                    // Fail over at a random moment of the new holder's first renewals.
+                    thread::sleep(run.config.renew_every.mul_f64(rng.random_range(0.0..2.0)));
+                    next
+                }
+                None => {
+                    eprintln!("leaderrun-faultrun: no new holder emerged after a release (after {n} faults)");
+                    liveness_failure = true;
+                    break;
+                }
+            }
+        } else {
+            (holder, wrapper)
+        };
         let at = now_ns();
         note(&log, &format!("FAULT {holder} {:?} {at}", fault));
         run.apply(fault, &holder, wrapper);
@@ -259,7 +321,9 @@ fn main() {
     let exits = run.exits.lock().unwrap().clone();
     let report = check(&log, &applied, &exits, &run.config);
     let mut out = report.lines.join("\n");
-    if run.backend.is_cluster() {
+    if let Some(setup) = run.backend.describe() {
+        out.push_str(&format!("\n{setup}; each failover SIGKILLs the primary and promotes a replica, then adds a new one"));
+    } else if run.backend.is_cluster() {
         out.push_str(
             "\na 3-node cluster; node faults one at a time, each healed (the node answers again) before the next",
         );

@@ -12,6 +12,7 @@ use rand::Rng;
 
 use crate::contenders::probe_of;
 use crate::proxy::Mode;
+use crate::checker::Applied;
 use crate::{note, now_ns, sibling, Run, LOCK};
 
 /// The faults, each applied to the current holder and then healed.
@@ -33,10 +34,12 @@ pub enum Fault {
     FreezeLeaderNode,
     KillHolderNode,
     FreezeHolderNode,
+    FailOverLosing,
+    FailOver,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 16] = [
+    pub const ALL: [Fault; 18] = [
         Fault::KillWrapper,
         Fault::KillChild,
         Fault::StopWrapperShort,
@@ -53,6 +56,8 @@ impl Fault {
         Fault::FreezeLeaderNode,
         Fault::KillHolderNode,
         Fault::FreezeHolderNode,
+        Fault::FailOverLosing,
+        Fault::FailOver,
     ];
 
     /// A fault of one node of a cluster (`--cluster`): never two nodes down at once, so a
@@ -62,6 +67,11 @@ impl Fault {
             self,
             Fault::KillLeaderNode | Fault::FreezeLeaderNode | Fault::KillHolderNode | Fault::FreezeHolderNode
         )
+    }
+
+    /// A failover of a replicated store (`--replicated`): the only faults of such a run.
+    pub fn needs_replicas(self) -> bool {
+        matches!(self, Fault::FailOverLosing | Fault::FailOver)
     }
 
     pub fn needs_server(self) -> bool {
@@ -93,6 +103,8 @@ impl Fault {
             Fault::FreezeLeaderNode => "SIGSTOP leader node 1.5 ttl",
             Fault::KillHolderNode => "SIGKILL holder's node, down 0.2-1.5 ttl",
             Fault::FreezeHolderNode => "SIGSTOP holder's node 1.5 ttl",
+            Fault::FailOverLosing => "failover losing the holder's acquire",
+            Fault::FailOver => "failover, replica caught up",
         }
     }
 
@@ -108,13 +120,14 @@ impl Fault {
                 | Fault::KillServer
                 | Fault::FreezeServer
                 | Fault::CutHolderNetwork
+                | Fault::FailOverLosing
         )
     }
 
     /// Whether the fault hits the store itself, and so every holder at once: with --slots, the
     /// holders of the other slots may lose their leases to it too.
     pub fn hits_every_holder(self) -> bool {
-        matches!(self, Fault::Release | Fault::KillServer | Fault::FreezeServer)
+        matches!(self, Fault::Release | Fault::KillServer | Fault::FreezeServer | Fault::FailOverLosing)
     }
 }
 
@@ -171,15 +184,50 @@ impl Run {
             Fault::TermWrapper => {
                 let _ = kill(wrapper, Signal::SIGTERM);
             }
-            Fault::Release => {
-                let _ = Command::new(sibling("leaderrun"))
-                    .env_clear()
-                    .envs(self.backend.env(None))
-                    .args(["release", "--store", &self.backend.url(), "--lock", LOCK])
-                    .stdout(Stdio::null())
-                    .status();
+            Fault::Release => self.release_holder(),
+            // The holder's acquire was kept off the replica (`lose_next_lease`): the new primary
+            // never saw it.
+            Fault::FailOverLosing => {
+                self.backend.fail_over();
+                self.backend.add_replica();
+            }
+            Fault::FailOver => {
+                self.backend.catch_up();
+                self.backend.fail_over();
+                self.backend.add_replica();
             }
         }
+    }
+
+    fn release_holder(&self) {
+        let _ = Command::new(sibling("leaderrun"))
+            .env_clear()
+            .envs(self.backend.env(None))
+            .args(["release", "--store", &self.backend.url(), "--lock", LOCK])
+            .stdout(Stdio::null())
+            .status();
+    }
+
+    /// Before a failover that loses the holder's lease: keep writes off the replica, make the
+    /// holder stand down (`leaderrun release`), and wait for another contender to take the lock,
+    /// a grant the replica never sees. The standing down is recorded as a `Release` applied to
+    /// the old holder; the new holder is returned, for the failover to be applied to.
+    pub fn lose_next_lease(&self, holder: &str, within: Duration) -> Option<(Applied, (String, Pid))> {
+        self.backend.hold_back();
+        let at = now_ns();
+        note(&self.log, &format!("FAULT {holder} {:?} {at}", Fault::Release));
+        self.release_holder();
+        let released = Applied { fault: Fault::Release, holder: holder.to_string(), at };
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Some((next, pid)) = self.current_holder(within.saturating_sub(started.elapsed())) {
+                if next != holder {
+                    return Some((released, (next, pid)));
+                }
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// The node a cluster fault hits: the leader, or the node the holder's URL lists first
