@@ -322,7 +322,9 @@ fn main() {
     let report = check(&log, &applied, &exits, &run.config);
     let mut out = report.lines.join("\n");
     if let Some(setup) = run.backend.describe() {
-        out.push_str(&format!("\n{setup}; each failover SIGKILLs the primary and promotes a replica, then adds a new one"));
+        out.push_str(&format!(
+            "\n{setup}; each failover SIGKILLs the primary and promotes a replica, then adds a new one"
+        ));
     } else if run.backend.is_cluster() {
         out.push_str(
             "\na 3-node cluster; node faults one at a time, each healed (the node answers again) before the next",

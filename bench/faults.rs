@@ -10,9 +10,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use rand::Rng;
 
+use crate::checker::Applied;
 use crate::contenders::probe_of;
 use crate::proxy::Mode;
-use crate::checker::Applied;
 use crate::{note, now_ns, sibling, Run, LOCK};
 
 /// The faults, each applied to the current holder and then healed.

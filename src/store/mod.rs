@@ -112,12 +112,7 @@ impl LockRecord {
     /// as held until `left` has passed. `token` is the lock's latest token as the new primary
     /// shows it.
     pub fn after_failover(lock: &str, token: u64, left: Duration) -> Self {
-        Self {
-            holder: Some(FAILOVER_GRACE_HOLDER.to_string()),
-            token,
-            expires_in: Some(left),
-            ..Self::free(lock)
-        }
+        Self { holder: Some(FAILOVER_GRACE_HOLDER.to_string()), token, expires_in: Some(left), ..Self::free(lock) }
     }
 
     pub fn is_held(&self) -> bool {
