@@ -94,7 +94,8 @@ pub(super) fn guarded_ctes(t: &str) -> String {
                 acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at ELSE excluded.acquired_at END,
                 expires_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at ELSE excluded.acquired_at END,
                 revoked = false,
-                kept = coalesce(l.holder = excluded.holder AND l.kept, false)),
+                kept = coalesce(l.holder = excluded.holder AND l.kept, false)
+             WHERE l.holder IS DISTINCT FROM excluded.holder OR l.token < excluded.token),
          won AS (
             INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked, kept)
             SELECT $1, $2, CASE WHEN gate.fresh THEN 1 ELSE greatest(1, gate.now_us) END, gate.now,
@@ -118,5 +119,39 @@ pub(super) fn refused(record: LockRecord, grace_us: Option<i64>) -> LockRecord {
             LockRecord::after_failover(&record.lock, record.token, Duration::from_micros(left.max(1) as u64))
         }
         _ => record,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::statements::Sql;
+    use super::*;
+
+    #[test]
+    fn both_acquires_are_guarded() {
+        let sql = Sql::new("t");
+        for acquire in [&sql.acquire, &sql.acquire_announced] {
+            assert!(acquire.starts_with(&guarded_ctes("\"t\"")), "{acquire}");
+            assert!(acquire.contains(&format!("SELECT {ANSWER},")), "{acquire}");
+            assert!(acquire.contains("FROM gate WHERE gate.left_us = 0"), "{acquire}");
+        }
+        assert!(sql.list.contains(&format!("WHERE l.name <> {MARK_SQL}")), "{}", sql.list);
+        assert!(sql.list_before_kept.contains(&format!("WHERE l.name <> {MARK_SQL}")));
+    }
+
+    #[test]
+    fn the_mark_is_no_lock_name_nor_a_slot() {
+        assert!(crate::store::validate_lock_name(MARK).is_err());
+        assert!(MARK.starts_with('\u{1}'), "a slot's record starts with its lock's name");
+    }
+
+    #[test]
+    fn a_refusal_in_the_grace_reports_a_lease_the_failover_may_have_lost() {
+        let free = LockRecord { token: 7, ..LockRecord::free("x") };
+        let record = refused(free.clone(), Some(1_500_000));
+        assert_eq!(record, LockRecord::after_failover("x", 7, Duration::from_millis(1500)));
+        assert_eq!(refused(free.clone(), None), free, "no grace: the record as read");
+        let held = LockRecord { holder: Some("a".into()), expires_in: Some(Duration::from_secs(3)), ..free };
+        assert_eq!(refused(held.clone(), Some(1)), held, "a live lease the new primary has");
     }
 }

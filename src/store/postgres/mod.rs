@@ -8,7 +8,8 @@
 //! `now()` would be the start of the transaction). That is the server's wall clock: it
 //! must be slewed, never stepped, while leases are held (NTP/chrony do this by default).
 //! Advisory locks are never used: they belong to a session and break behind
-//! transaction-pooling proxies.
+//! transaction-pooling proxies. The same statement reads the server's epoch and grants
+//! nothing for a while after a standby was promoted (`epoch.rs`).
 //!
 //! Wake-ups: releasing (and revoking) a lock sends `NOTIFY leaderrun, '<lock name>'` in the
 //! same statement, and the turn of the waiter that has waited longest (`turns.rs`): that
