@@ -405,3 +405,99 @@ async fn a_watcher_sees_changes_and_takes_no_turn() {
 async fn each_write_is_announced_to_a_watcher() {
     conformance::announced::each_write_is_announced_to_a_watcher(&pg().await).await;
 }
+
+/// The server's epoch, as the mark states it: `SYSTEM_IDENTIFIER/TIMELINE`.
+fn epoch_of(server: &Postgres) -> String {
+    let system = server.psql("SELECT system_identifier FROM pg_control_system()");
+    format!("{system}/00000001")
+}
+
+/// The epoch's mark (src/store/postgres/epoch.rs) as psql prints it: epoch, longest ttl in
+/// microseconds, fresh, and whether it looks like a lease that ended when it began.
+fn mark_of(server: &Postgres) -> String {
+    let sql =
+        "SELECT holder, token, kept, expires_at = acquired_at FROM leaderrun_locks WHERE name = chr(1) || 'epoch'";
+    server.psql_in(servers::postgres::DATABASE, sql)
+}
+
+/// The mark of the server's epoch is a row of the lock table, written by the first acquire of
+/// a fresh store (tokens then count from 1) and grown by a longer lease; `list` never shows it,
+/// and no call can take, revoke or show it as a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_epoch_mark_is_never_listed() {
+    let pg = pg().await;
+    let (store, other) = (pg.open().await, pg.open().await);
+    let lock = unique("beside-the-mark");
+    let lease = won(&*store, &lock, "a", TTL).await;
+    assert_eq!(lease.token, 1, "a fresh store counts from 1");
+    let epoch = epoch_of(&pg.server);
+    assert_eq!(mark_of(&pg.server), format!("{epoch}|{}|t|t", TTL.as_micros()), "epoch, longest, fresh");
+    let longer = unique("longer");
+    let second = won(&*other, &longer, "b", TTL * 2).await;
+    assert_eq!(second.token, 1);
+    assert_eq!(mark_of(&pg.server), format!("{epoch}|{}|t|t", (TTL * 2).as_micros()), "the longest lease grew");
+
+    let mut listed: Vec<String> = other.list().await.unwrap().into_iter().map(|r| r.lock).collect();
+    let mut both = vec![lock.clone(), longer];
+    (listed.sort(), both.sort());
+    assert_eq!(listed, both, "the two locks, without the mark");
+    let mark = "\u{1}epoch";
+    let err = other.acquire(mark, "x", TTL).await.expect_err("the mark is not a lock");
+    assert_eq!(err.kind, ErrorKind::Refused, "{}", err.message);
+    assert!(!other.status(mark).await.unwrap().is_held(), "never a live lease");
+    assert!(other.revoke(mark).await.unwrap().is_none());
+    assert_eq!(mark_of(&pg.server), format!("{epoch}|{}|t|t", (TTL * 2).as_micros()), "left as it was");
+    // Slots' records (a control character after the lock's name) are listed as before.
+    let slot = format!("{lock}\u{1f}1");
+    won(&*other, &slot, "c", TTL).await;
+    assert!(other.list().await.unwrap().iter().any(|r| r.lock == slot));
+    assert!(other.list().await.unwrap().iter().all(|r| r.lock != mark));
+}
+
+/// A new epoch (here the mark rewritten as a promoted standby finds it: another server's
+/// epoch) grants nothing, not even a free lock, until the longest lease asked for could have
+/// ended; meanwhile the lock is reported held by a lease the failover may have lost, with the
+/// token the server shows. Then tokens start from the server's clock in microseconds. A table
+/// with leases and no mark (made by an earlier leaderrun) waits once, for the lease asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_epoch_waits_out_the_longest_lease() {
+    use leaderrun::store::FAILOVER_GRACE_HOLDER;
+    let pg = pg().await;
+    let (a, b) = (pg.open().await, pg.open().await);
+    let lock = unique("new-epoch");
+    let longest = Duration::from_secs(2);
+    let lease = won(&*a, &lock, "a", longest).await;
+    a.release(&lease, Duration::ZERO).await.unwrap();
+    let db = servers::postgres::DATABASE;
+    pg.server.psql_in(db, "UPDATE leaderrun_locks SET holder = 'another/00000001' WHERE name = chr(1) || 'epoch'");
+
+    let until_won = |store: Arc<dyn Store>, lock: String, ttl: Duration| async move {
+        let started = std::time::Instant::now();
+        let mut refusals = Vec::new();
+        loop {
+            match store.acquire(&lock, "b", ttl).await.unwrap() {
+                Acquire::Won(lease) => return (lease, started.elapsed(), refusals),
+                Acquire::Held(record) => refusals.push(record),
+                other => panic!("{other:?}"),
+            }
+            assert!(started.elapsed() < conformance::SOON, "never granted after the grace");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    // A shorter lease waits out the longest one asked for before the failover.
+    let (taken, waited, refusals) = until_won(b.clone(), lock.clone(), longest / 4).await;
+    let first = refusals.first().expect("refused at first");
+    assert_eq!((first.holder.as_deref(), first.token), (Some(FAILOVER_GRACE_HOLDER), lease.token), "{first:?}");
+    assert!(first.expires_in.is_some_and(|left| left <= longest && !left.is_zero()), "{first:?}");
+    assert!(waited >= longest, "granted {waited:?} after the first acquire on the new epoch");
+    let clock_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+    assert!(taken.token > lease.token && taken.token > clock_us - 60_000_000, "token {}", taken.token);
+    assert_eq!(mark_of(&pg.server), format!("{}|{}|f|t", epoch_of(&pg.server), longest.as_micros()));
+    let next = won(&*a, &unique("after-the-grace"), "a", longest).await;
+    assert!(next.token > clock_us - 60_000_000, "not fresh: tokens from the clock, {}", next.token);
+
+    // No mark, and leases: an earlier leaderrun's table, or a mark lost.
+    pg.server.psql_in(db, "UPDATE leaderrun_locks SET name = 'was-the-mark' WHERE name = chr(1) || 'epoch'");
+    let (_, waited, refusals) = until_won(b.clone(), unique("upgraded"), longest / 2).await;
+    assert!(!refusals.is_empty() && waited >= longest / 2, "granted {waited:?} after the first acquire");
+}

@@ -8,7 +8,8 @@
 //! `now()` would be the start of the transaction). That is the server's wall clock: it
 //! must be slewed, never stepped, while leases are held (NTP/chrony do this by default).
 //! Advisory locks are never used: they belong to a session and break behind
-//! transaction-pooling proxies.
+//! transaction-pooling proxies. The same statement reads the server's epoch and grants
+//! nothing for a while after a standby was promoted (`epoch.rs`).
 //!
 //! Wake-ups: releasing (and revoking) a lock sends `NOTIFY leaderrun, '<lock name>'` in the
 //! same statement, and the turn of the waiter that has waited longest (`turns.rs`): that
@@ -84,6 +85,7 @@ use turns::{Turns, TURN_CHANNEL};
 use waiting::Waiting;
 
 mod conn;
+mod epoch;
 mod errors;
 mod kind;
 mod observe;
@@ -336,15 +338,18 @@ impl PostgresStore {
             .listener
             .try_lock()
             .is_ok_and(|mut waiting| waiting.as_mut().is_some_and(|waiting| waiting.turns.take_acting()));
+        if lock == epoch::MARK {
+            return Err(StoreError::refused(format!("PostgreSQL store {}: {lock:?} is not a lock name", self.shown)));
+        }
         let template = if announce { &self.sql.acquire_announced } else { &self.sql.acquire };
-        let mut won = Err(sqlx::Error::PoolClosed);
+        let mut answer = Err(sqlx::Error::PoolClosed);
         for _ in 0..3 {
-            won = self
+            answer = self
                 .statement(template, &[Value::Text(lock), Value::Text(identity), Value::Int(micros(ttl))])?
-                .fetch_optional(&mut *conn)
+                .fetch_one(&mut *conn)
                 .await
-                .and_then(|row| Ok(row.map(|row| row.try_get::<Option<i64>, _>(0)).transpose()?.flatten()));
-            match &won {
+                .and_then(|row| Ok((row.try_get::<Option<i64>, _>(0)?, row.try_get::<Option<i64>, _>(1)?)));
+            match &answer {
                 Err(err) if no_kept_column(err) => self.add_kept_column(&mut *conn).await?,
                 // Dropped since this store opened (or never made): a run makes it again.
                 Err(err) if !self.existing_only && sqlstate(err).as_deref() == Some("42P01") => {
@@ -353,15 +358,18 @@ impl PostgresStore {
                 _ => break,
             }
         }
-        match won {
-            Ok(Some(token)) => {
+        match answer {
+            Ok((Some(token), _)) => {
                 // A holder reads no notifications: stop listening (see `listener`).
                 if let Ok(mut listener) = self.listener.try_lock() {
                     *listener = None;
                 }
                 Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
             }
-            Ok(None) => Ok(Acquire::Held(self.read(&mut *conn, lock).await?)),
+            Ok((None, grace)) => {
+                let record = self.read(&mut *conn, lock).await?;
+                Ok(Acquire::Held(epoch::refused(record, grace)))
+            }
             Err(err) if self.existing_only && self.no_table(&err) => Ok(Acquire::Held(LockRecord::free(lock))),
             Err(err) => Err(self.error(err)),
         }

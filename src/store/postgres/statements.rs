@@ -96,25 +96,20 @@ impl Sql {
         // A table from before the `kept` column is read without it (`status` and `list` only
         // look: they add nothing to the table).
         let (columns, columns_before_kept) = (columns("l.kept"), columns("false"));
-        // One clock reading for the whole statement. A row is taken over only if it was
-        // released or has expired on the server's clock; the token never resets.
-        let insert = format!(
-            "INSERT INTO {t} AS l (name, holder, token, acquired_at, expires_at, revoked, kept)
-             SELECT $1, $2, 1, c.now, c.now + $3 * interval '1 microsecond', false, false
-               FROM (SELECT clock_timestamp() AS now) c
-             ON CONFLICT (name) DO UPDATE SET
-                holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
-                expires_at = excluded.expires_at, revoked = false, kept = false
-             WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
-             RETURNING l.token"
-        );
         // A won acquire tells watchers (`observe.rs`); a lost one changed nothing.
         let tell_watchers = format!("pg_notify('{CHANGE_CHANNEL}', $1)");
+        // One clock reading for the whole statement. A row is taken over only if it was
+        // released or has expired on the server's clock, and only once the epoch's grace
+        // after a failover is over (`epoch.rs`); the token never resets.
+        let guarded = epoch::guarded_ctes(&t);
+        let answer = epoch::ANSWER;
+        // The epoch's mark is not a lock.
+        let not_the_mark = format!("WHERE l.name <> {}", epoch::MARK_SQL);
         let sql = |s: String| s;
         Self {
             table: t.clone(),
-            acquire_announced: turns::announced_sql(&insert, "$1", &tell_watchers),
-            acquire: format!("WITH won AS ({insert}) SELECT token, {tell_watchers} FROM won"),
+            acquire_announced: turns::announced_sql(&guarded, answer, "$1", &tell_watchers),
+            acquire: format!("{guarded} SELECT {answer}, (SELECT {tell_watchers} FROM won)"),
             // A row kept for --min-hold has no child left: a renewal sent before its release
             // and arriving after it must not stretch the keep to a full ttl again. (The
             // acquire that made this lease already needed the `kept` column.)
@@ -142,12 +137,15 @@ impl Sql {
                 turn = turns::choose_sql("$2", "$6", "$5")
             )),
             status: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1")),
-            list: sql(format!("SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name")),
+            list: sql(format!(
+                "SELECT {columns} FROM {t} l, (SELECT clock_timestamp() AS now) c {not_the_mark} ORDER BY l.name"
+            )),
             status_before_kept: format!(
                 "SELECT {columns_before_kept} FROM {t} l, (SELECT clock_timestamp() AS now) c WHERE l.name = $1"
             ),
             list_before_kept: format!(
-                "SELECT {columns_before_kept} FROM {t} l, (SELECT clock_timestamp() AS now) c ORDER BY l.name"
+                "SELECT {columns_before_kept} FROM {t} l, (SELECT clock_timestamp() AS now) c {not_the_mark} \
+                 ORDER BY l.name"
             ),
             // Compare-and-set on the token read: a lease taken in between is left alone. A
             // lease only kept for --min-hold has no child and no holder left to free it: it is

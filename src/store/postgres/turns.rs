@@ -91,14 +91,15 @@ pub fn stagger() -> Duration {
     rand::rng().random_range(STAGGER_FROM..STAGGER_TO)
 }
 
-/// The statement an acquire becomes when its waiter acts on a turn: `acquire` (which returns
-/// the token if it won), then "taken" for the lock named by SQL expression `lock`, sent
-/// whatever the acquire found, and `on_win` (an SQL expression) only if it won. Returns one
-/// row, its token NULL if the lock is held.
-pub fn announced_sql(acquire: &str, lock: &str, on_win: &str) -> String {
+/// The statement an acquire becomes when its waiter acts on a turn: `ctes`, the guarded
+/// acquire's CTEs (`epoch::guarded_ctes`, ending with `won`, which returns the token if it
+/// won), answered by `answer` (its columns), then "taken" for the lock named by SQL expression
+/// `lock`, sent whatever the acquire found (refused by the epoch's grace too), and `on_win` (an
+/// SQL expression) only if it won. Returns one row, its token NULL if the lock is held.
+pub fn announced_sql(ctes: &str, answer: &str, lock: &str, on_win: &str) -> String {
     format!(
-        "WITH won AS ({acquire})
-         SELECT (SELECT token FROM won), pg_notify('{TURN_CHANNEL}', '{TAKEN}:' || {lock}),
+        "{ctes}
+         SELECT {answer}, pg_notify('{TURN_CHANNEL}', '{TAKEN}:' || {lock}),
                 (SELECT {on_win} FROM won)"
     )
 }
@@ -246,8 +247,9 @@ mod tests {
         assert_eq!(Note::parse(TURN_CHANNEL, "42:a:b"), Some(turn(42, "a:b")));
         assert_eq!(Note::parse(TURN_CHANNEL, "taken:a:b"), Some(taken("a:b")));
         assert_eq!(Note::parse(TURN_CHANNEL, "x:a"), None);
-        let sql = announced_sql("INSERT x RETURNING token", "$1", "f($1)");
-        assert!(sql.contains("pg_notify('leaderrun_turn', 'taken:' || $1)"), "{sql}");
+        let sql = announced_sql("WITH won AS (INSERT x RETURNING token)", "(SELECT token FROM won)", "$1", "f($1)");
+        assert!(sql.starts_with("WITH won AS (INSERT x RETURNING token)"), "{sql}");
+        assert!(sql.contains("SELECT (SELECT token FROM won), pg_notify('leaderrun_turn', 'taken:' || $1)"), "{sql}");
         assert!(sql.contains("(SELECT f($1) FROM won)"), "{sql}");
     }
 
