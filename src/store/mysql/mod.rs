@@ -45,6 +45,7 @@
 //! The password never appears in a message: every message names the store by
 //! `url::redact`, and anything that might echo it is scrubbed.
 
+mod epoch;
 mod errors;
 pub mod hint;
 mod kind;
@@ -52,15 +53,18 @@ mod relief;
 mod target;
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rand::Rng;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
+use tokio::time::Instant;
 
 use super::Access;
 use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreError};
+use epoch::{Mark, Verdict, MARK};
 use errors::{describe, duplicate, is_undone, kind_of, no_kept_column, no_table, number};
 pub use kind::KIND;
 use target::scrub;
@@ -102,6 +106,9 @@ pub struct MySqlStore {
     secrets: Vec<String>,
     /// The user locks that wake waiters.
     hints: hint::Hints,
+    /// When the grace of a new epoch that an acquire last ran into ends: until then every
+    /// lock counts as held, and a waiter sleeps rather than queue for a user lock.
+    grace: Mutex<Option<Instant>>,
 }
 
 impl MySqlStore {
@@ -121,7 +128,8 @@ impl MySqlStore {
             .test_before_acquire(false)
             .connect_lazy_with(options.clone());
         let hints = hint::Hints::new(options.clone(), pool.clone(), &table);
-        let store = Self { pool, options, table: format!("`{table}`"), shown, secrets, hints };
+        let grace = Mutex::new(None);
+        let store = Self { pool, options, table: format!("`{table}`"), shown, secrets, hints, grace };
         let (store_ref, table) = (&store, &table);
         store
             .call("open", move || async move {
@@ -130,6 +138,7 @@ impl MySqlStore {
                 let probe = sqlx::query(store.sql("SELECT 1 FROM {t} LIMIT 0")).execute(&mut *conn).await;
                 match probe {
                     Err(err) if no_table(&err) && access == Access::Create => {
+                        // With the table, the mark of its first epoch (see `epoch`).
                         sqlx::raw_sql(AssertSqlSafe(schema_sql(table))).execute(&mut *conn).await?;
                     }
                     Err(err) if no_table(&err) => {} // no table, no locks: status and list say so
@@ -242,6 +251,41 @@ impl MySqlStore {
         row?.map(|row| record_from(lock.to_string(), &row)).transpose()
     }
 
+    /// After an acquire was not granted: the lock's record, the epoch mark and the server's
+    /// `@@server_id`, in one statement (0 when the table is empty: then there is no mark).
+    async fn read_with_mark(
+        &self,
+        conn: &mut MySqlConnection,
+        lock: &str,
+    ) -> sqlx::Result<(Option<LockRecord>, Option<Mark>, u64)> {
+        let rows = sqlx::query(self.sql(&format!(
+            "SELECT name, {}, TIMESTAMPDIFF(MICROSECOND, acquired_at, expires_at) AS longest_us,
+                CAST(@@server_id AS UNSIGNED) AS server
+             FROM {{t}} WHERE name IN (?, {})",
+            columns(true),
+            epoch::MARK_SQL
+        )))
+        .bind(lock.as_bytes())
+        .fetch_all(&mut *conn)
+        .await?;
+        let (mut record, mut mark, mut server) = (None, None, 0);
+        for row in &rows {
+            server = row.try_get("server")?;
+            let name: Vec<u8> = row.try_get("name")?;
+            if name == MARK {
+                mark = Some(Mark {
+                    epoch: row.try_get("token")?,
+                    fresh: row.try_get("kept")?,
+                    left_us: row.try_get("left_us")?,
+                    longest_us: row.try_get("longest_us")?,
+                });
+            } else {
+                record = Some(record_from(lock.to_string(), row)?);
+            }
+        }
+        Ok((record, mark, server))
+    }
+
     /// Give a lease up: keep it taken until acquired_at + keep if that is still ahead, else
     /// free it. (MySQL assigns left to right; neither expression reads a column set before it.)
     fn release_query<'q>(
@@ -309,76 +353,98 @@ fn micros(d: Duration) -> i64 {
 impl Store for MySqlStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
         // The winner also asks for the user locks (without waiting) in the same statement: SET is
-        // evaluated only on the row it takes, so a loser never does. `kept` is 0 whatever the
-        // answer; whether it got them is only a hint. The second one is named by the new token
-        // (MySQL assigns left to right: `token` is the new one there).
+        // evaluated only on the row it takes, so a loser never does. Whether it got them is only
+        // a hint. The second one is named by the new token. Both granting statements are gated
+        // on the epoch mark (see `epoch`).
         let table = self.bare_table();
-        let take = &self.sql(&format!(
-            "UPDATE {{t}} SET holder = ?, token = LAST_INSERT_ID(token + 1), acquired_at = UTC_TIMESTAMP(6),
-                expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, revoked = 0,
-                kept = IF(GET_LOCK({}, 0) IS NULL OR GET_LOCK({}, 0) IS NULL, 0, 0)
-             WHERE name = ? AND (holder IS NULL OR expires_at <= UTC_TIMESTAMP(6))",
-            hint::name_sql(table),
-            hint::relief_sql(table, "token")
-        ));
+        let take = &self.sql(&epoch::take_sql(&hint::name_sql(table), &hint::relief_sql(table, "{token}")));
         let get_lock = &self.sql(&format!(
             "DO GET_LOCK({}, 0), GET_LOCK({}, 0)",
             hint::name_sql(table),
-            hint::relief_sql(table, "1")
+            hint::relief_sql(table, "?")
         ));
-        let create = &self.sql(
-            "INSERT INTO {t} (name, holder, token, acquired_at, expires_at, revoked)
-             VALUES (?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 0)",
-        );
+        let create = &self.sql(&epoch::create_sql());
+        let upsert = &self.sql(&epoch::upsert_sql());
         self.call("acquire", move || async move {
             let won = |token| Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token });
             let mut conn = self.hints.connection_for_acquire().await?;
             let mut last = LockRecord::free(lock);
+            let mut take_first = true;
             for _ in 0..ACQUIRE_ROUNDS {
-                // Free, released or expired: take it. The affected-row count is the verdict,
-                // and LAST_INSERT_ID(expr) hands back the token this very statement wrote.
-                let done = sqlx::query(AssertSqlSafe(take.0.as_str()))
-                    .bind(identity)
-                    .bind(micros(ttl))
-                    .bind(lock.as_bytes())
-                    .bind(lock.as_bytes())
-                    .bind(lock.as_bytes())
-                    .execute(conn.conn())
-                    .await?;
-                if done.rows_affected() == 1 {
-                    // The connection that holds the user lock leaves the pool with the lease.
-                    self.hints.won(lock, Some(conn.detach()));
-                    return Ok(won(done.last_insert_id()));
+                // Free, released or expired, and the mark allows it: take it. The affected-row
+                // count is the verdict, and LAST_INSERT_ID(expr) hands back the token this very
+                // statement wrote.
+                if take_first {
+                    let done = sqlx::query(AssertSqlSafe(take.0.as_str()))
+                        .bind(identity)
+                        .bind(lock.as_bytes())
+                        .bind(lock.as_bytes())
+                        .bind(micros(ttl))
+                        .bind(lock.as_bytes())
+                        .bind(micros(ttl))
+                        .execute(conn.conn())
+                        .await?;
+                    if done.rows_affected() == 1 {
+                        // The connection that holds the user lock leaves the pool with the lease.
+                        self.hints.won(lock, Some(conn.detach()));
+                        return Ok(won(done.last_insert_id()));
+                    }
                 }
-                match self.read(conn.conn(), lock).await? {
-                    Some(record) if record.is_held() => {
+                take_first = true;
+                let (record, mark, server) = self.read_with_mark(conn.conn(), lock).await?;
+                let verdict = epoch::judge(mark.as_ref(), server, ttl);
+                if verdict == Verdict::Write {
+                    // After a failover (or at a store's first acquire, or a longer ttl than any
+                    // before): one more statement, then look again.
+                    sqlx::query(AssertSqlSafe(upsert.0.as_str()))
+                        .bind(micros(ttl))
+                        .bind(micros(ttl))
+                        .bind(micros(ttl))
+                        .execute(conn.conn())
+                        .await?;
+                }
+                match (record, verdict) {
+                    (Some(record), _) if record.is_held() => {
                         self.hints.saw(lock, record.token);
                         self.hints.spare(conn);
                         return Ok(Acquire::Held(record));
                     }
+                    // The mark was just written: take again (or insert, for a lock never seen).
+                    (record, Verdict::Write) => take_first = record.is_some(),
+                    (record, Verdict::Grace(left)) => {
+                        *self.grace.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + left);
+                        self.hints.spare(conn);
+                        let token = record.map_or(0, |record| record.token);
+                        return Ok(Acquire::Held(LockRecord::after_failover(lock, token, left)));
+                    }
                     // Freed or lapsed since the update looked: try again.
-                    Some(record) => last = record,
+                    (Some(record), Verdict::Grant) => last = record,
                     // A name never seen: exactly one racer's insert succeeds.
-                    None => match sqlx::query(AssertSqlSafe(create.0.as_str()))
+                    (None, Verdict::Grant) => match sqlx::query(AssertSqlSafe(create.0.as_str()))
                         .bind(lock.as_bytes())
                         .bind(identity)
+                        .bind(micros(ttl))
                         .bind(micros(ttl))
                         .execute(conn.conn())
                         .await
                     {
-                        Ok(_) => {
+                        Ok(done) if done.rows_affected() == 1 => {
+                            let token = done.last_insert_id();
                             // A lock name's first acquisition only: one more statement.
                             let hinted = sqlx::query(AssertSqlSafe(get_lock.0.as_str()))
                                 .bind(lock.as_bytes())
                                 .bind(lock.as_bytes())
+                                .bind(token)
                                 .execute(conn.conn())
                                 .await;
                             if let Err(err) = hinted {
                                 tracing::debug!("cannot take the user lock: {err}");
                             }
                             self.hints.won(lock, Some(conn.detach()));
-                            return Ok(won(1));
+                            return Ok(won(token));
                         }
+                        // The mark changed since it was read: look again.
+                        Ok(_) => take_first = false,
                         Err(err) if duplicate(&err) => {}
                         Err(err) => return Err(err),
                     },
@@ -444,6 +510,12 @@ impl Store for MySqlStore {
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
+        let grace = *self.grace.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(until) = grace.filter(|until| *until > Instant::now()) {
+            // A new epoch's grace: nobody on this server holds the user locks yet, and nothing
+            // is granted before it ends.
+            return tokio::time::sleep_until(until.min(Instant::now() + max_wait)).await;
+        }
         if self.hints.is_woken(lock) {
             // This waiter holds the user lock, yet someone holds the lease without it (it won
             // while the user lock was ours, or runs a leaderrun from before the hint): re-read
@@ -467,7 +539,10 @@ impl Store for MySqlStore {
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
         self.call("list", move || async move {
-            let select = |columns: &str| self.sql(&format!("SELECT name, {columns} FROM {{t}} ORDER BY name"));
+            let select = |columns: &str| {
+                let mark = epoch::MARK_SQL;
+                self.sql(&format!("SELECT name, {columns} FROM {{t}} WHERE name <> {mark} ORDER BY name"))
+            };
             let mut rows = sqlx::query(select(&columns(true))).fetch_all(&self.pool).await;
             if rows.as_ref().is_err_and(no_kept_column) {
                 rows = sqlx::query(select(&columns(false))).fetch_all(&self.pool).await;
