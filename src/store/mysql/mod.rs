@@ -30,6 +30,12 @@
 //!   count says who won, and an `INSERT` (which fails with a duplicate key for all but one
 //!   racer) when the lock name is new. The UPDATE sets `token = LAST_INSERT_ID(token + 1)`,
 //!   so the server returns the exact token it wrote with the statement's own answer.
+//! - A failover to a replica that missed the last writes (asynchronous replication) must not
+//!   hand a lost lease to someone else, nor a token already given: the grants are gated on the
+//!   epoch mark, a row of the same table under a name no lock can have, holding the
+//!   `@@server_id` leases were last granted on (see `epoch.rs`). A new server grants nothing
+//!   until one longest lease has passed, and from then on its tokens start at its clock in
+//!   microseconds. `list` never shows the mark.
 //! - Lock names are `VARBINARY`: compared byte for byte, so case, accents and trailing
 //!   spaces all make different locks (MariaDB's `utf8mb4_bin` is PAD SPACE: 'x' = 'x ').
 //! - Deadlocks (1213) and lock wait timeouts (1205) undo the whole statement and are
@@ -45,6 +51,7 @@
 //! The password never appears in a message: every message names the store by
 //! `url::redact`, and anything that might echo it is scrubbed.
 
+mod acquire;
 mod epoch;
 mod errors;
 pub mod hint;
@@ -64,7 +71,6 @@ use tokio::time::Instant;
 
 use super::Access;
 use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreError};
-use epoch::{Mark, Verdict, MARK};
 use errors::{describe, duplicate, is_undone, kind_of, no_kept_column, no_table, number};
 pub use kind::KIND;
 use target::scrub;
@@ -251,41 +257,6 @@ impl MySqlStore {
         row?.map(|row| record_from(lock.to_string(), &row)).transpose()
     }
 
-    /// After an acquire was not granted: the lock's record, the epoch mark and the server's
-    /// `@@server_id`, in one statement (0 when the table is empty: then there is no mark).
-    async fn read_with_mark(
-        &self,
-        conn: &mut MySqlConnection,
-        lock: &str,
-    ) -> sqlx::Result<(Option<LockRecord>, Option<Mark>, u64)> {
-        let rows = sqlx::query(self.sql(&format!(
-            "SELECT name, {}, TIMESTAMPDIFF(MICROSECOND, acquired_at, expires_at) AS longest_us,
-                CAST(@@server_id AS UNSIGNED) AS server
-             FROM {{t}} WHERE name IN (?, {})",
-            columns(true),
-            epoch::MARK_SQL
-        )))
-        .bind(lock.as_bytes())
-        .fetch_all(&mut *conn)
-        .await?;
-        let (mut record, mut mark, mut server) = (None, None, 0);
-        for row in &rows {
-            server = row.try_get("server")?;
-            let name: Vec<u8> = row.try_get("name")?;
-            if name == MARK {
-                mark = Some(Mark {
-                    epoch: row.try_get("token")?,
-                    fresh: row.try_get("kept")?,
-                    left_us: row.try_get("left_us")?,
-                    longest_us: row.try_get("longest_us")?,
-                });
-            } else {
-                record = Some(record_from(lock.to_string(), row)?);
-            }
-        }
-        Ok((record, mark, server))
-    }
-
     /// Give a lease up: keep it taken until acquired_at + keep if that is still ahead, else
     /// free it. (MySQL assigns left to right; neither expression reads a column set before it.)
     fn release_query<'q>(
@@ -352,108 +323,7 @@ fn micros(d: Duration) -> i64 {
 #[async_trait]
 impl Store for MySqlStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        // The winner also asks for the user locks (without waiting) in the same statement: SET is
-        // evaluated only on the row it takes, so a loser never does. Whether it got them is only
-        // a hint. The second one is named by the new token. Both granting statements are gated
-        // on the epoch mark (see `epoch`).
-        let table = self.bare_table();
-        let take = &self.sql(&epoch::take_sql(&hint::name_sql(table), &hint::relief_sql(table, "{token}")));
-        let get_lock = &self.sql(&format!(
-            "DO GET_LOCK({}, 0), GET_LOCK({}, 0)",
-            hint::name_sql(table),
-            hint::relief_sql(table, "?")
-        ));
-        let create = &self.sql(&epoch::create_sql());
-        let upsert = &self.sql(&epoch::upsert_sql());
-        self.call("acquire", move || async move {
-            let won = |token| Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token });
-            let mut conn = self.hints.connection_for_acquire().await?;
-            let mut last = LockRecord::free(lock);
-            let mut take_first = true;
-            for _ in 0..ACQUIRE_ROUNDS {
-                // Free, released or expired, and the mark allows it: take it. The affected-row
-                // count is the verdict, and LAST_INSERT_ID(expr) hands back the token this very
-                // statement wrote.
-                if take_first {
-                    let done = sqlx::query(AssertSqlSafe(take.0.as_str()))
-                        .bind(identity)
-                        .bind(lock.as_bytes())
-                        .bind(lock.as_bytes())
-                        .bind(micros(ttl))
-                        .bind(lock.as_bytes())
-                        .bind(micros(ttl))
-                        .execute(conn.conn())
-                        .await?;
-                    if done.rows_affected() == 1 {
-                        // The connection that holds the user lock leaves the pool with the lease.
-                        self.hints.won(lock, Some(conn.detach()));
-                        return Ok(won(done.last_insert_id()));
-                    }
-                }
-                take_first = true;
-                let (record, mark, server) = self.read_with_mark(conn.conn(), lock).await?;
-                let verdict = epoch::judge(mark.as_ref(), server, ttl);
-                if verdict == Verdict::Write {
-                    // After a failover (or at a store's first acquire, or a longer ttl than any
-                    // before): one more statement, then look again.
-                    sqlx::query(AssertSqlSafe(upsert.0.as_str()))
-                        .bind(micros(ttl))
-                        .bind(micros(ttl))
-                        .bind(micros(ttl))
-                        .execute(conn.conn())
-                        .await?;
-                }
-                match (record, verdict) {
-                    (Some(record), _) if record.is_held() => {
-                        self.hints.saw(lock, record.token);
-                        self.hints.spare(conn);
-                        return Ok(Acquire::Held(record));
-                    }
-                    // The mark was just written: take again (or insert, for a lock never seen).
-                    (record, Verdict::Write) => take_first = record.is_some(),
-                    (record, Verdict::Grace(left)) => {
-                        *self.grace.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + left);
-                        self.hints.spare(conn);
-                        let token = record.map_or(0, |record| record.token);
-                        return Ok(Acquire::Held(LockRecord::after_failover(lock, token, left)));
-                    }
-                    // Freed or lapsed since the update looked: try again.
-                    (Some(record), Verdict::Grant) => last = record,
-                    // A name never seen: exactly one racer's insert succeeds.
-                    (None, Verdict::Grant) => match sqlx::query(AssertSqlSafe(create.0.as_str()))
-                        .bind(lock.as_bytes())
-                        .bind(identity)
-                        .bind(micros(ttl))
-                        .bind(micros(ttl))
-                        .execute(conn.conn())
-                        .await
-                    {
-                        Ok(done) if done.rows_affected() == 1 => {
-                            let token = done.last_insert_id();
-                            // A lock name's first acquisition only: one more statement.
-                            let hinted = sqlx::query(AssertSqlSafe(get_lock.0.as_str()))
-                                .bind(lock.as_bytes())
-                                .bind(lock.as_bytes())
-                                .bind(token)
-                                .execute(conn.conn())
-                                .await;
-                            if let Err(err) = hinted {
-                                tracing::debug!("cannot take the user lock: {err}");
-                            }
-                            self.hints.won(lock, Some(conn.detach()));
-                            return Ok(won(token));
-                        }
-                        // The mark changed since it was read: look again.
-                        Ok(_) => take_first = false,
-                        Err(err) if duplicate(&err) => {}
-                        Err(err) => return Err(err),
-                    },
-                }
-            }
-            // The lock kept changing hands under us: others are taking it.
-            Ok(Acquire::Held(last))
-        })
-        .await
+        self.call("acquire", move || self.take(lock, identity, ttl)).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
