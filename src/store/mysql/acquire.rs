@@ -123,7 +123,7 @@ impl MySqlStore {
     ) -> sqlx::Result<(Option<LockRecord>, Option<Mark>, u64)> {
         let rows = sqlx::query(self.sql(&format!(
             "SELECT name, {}, TIMESTAMPDIFF(MICROSECOND, acquired_at, expires_at) AS longest_us,
-                CAST(@@server_id AS UNSIGNED) AS server
+                CAST(@@server_id AS UNSIGNED) AS this_server
              FROM {{t}} WHERE name IN (?, {})",
             columns(true),
             epoch::MARK_SQL
@@ -133,7 +133,7 @@ impl MySqlStore {
         .await?;
         let (mut record, mut mark, mut server) = (None, None, 0);
         for row in &rows {
-            server = row.try_get("server")?;
+            server = row.try_get("this_server")?;
             let name: Vec<u8> = row.try_get("name")?;
             if name == MARK {
                 mark = Some(Mark {

@@ -106,8 +106,8 @@ pub fn create_sql() -> String {
 pub fn upsert_sql() -> String {
     format!(
         "INSERT INTO {{t}} (name, holder, token, acquired_at, expires_at, revoked, kept)
-         SELECT {MARK_SQL}, NULL, @@server_id, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 0, e.empty
-         FROM (SELECT COUNT(*) = 0 AS empty FROM (SELECT 1 FROM {{t}} WHERE name <> {MARK_SQL} LIMIT 1) AS one) AS e
+         SELECT {MARK_SQL}, NULL, @@server_id, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 0, e.no_rows
+         FROM (SELECT COUNT(*) = 0 AS no_rows FROM (SELECT 1 FROM {{t}} WHERE name <> {MARK_SQL} LIMIT 1) AS any_row) AS e
          ON DUPLICATE KEY UPDATE
            expires_at = IF(token = @@server_id, GREATEST(expires_at, acquired_at + INTERVAL ? MICROSECOND),
                UTC_TIMESTAMP(6) + INTERVAL GREATEST(TIMESTAMPDIFF(MICROSECOND, acquired_at, expires_at), ?) MICROSECOND),
