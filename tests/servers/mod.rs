@@ -13,6 +13,7 @@ pub mod fake_gcs;
 pub mod gate;
 pub mod kubernetes;
 pub mod mariadb;
+pub mod mariadb_replicated;
 pub mod moto;
 pub mod moto_dynamodb;
 pub mod nats;

@@ -30,6 +30,12 @@
 //!   count says who won, and an `INSERT` (which fails with a duplicate key for all but one
 //!   racer) when the lock name is new. The UPDATE sets `token = LAST_INSERT_ID(token + 1)`,
 //!   so the server returns the exact token it wrote with the statement's own answer.
+//! - A failover to a replica that missed the last writes (asynchronous replication) must not
+//!   hand a lost lease to someone else, nor a token already given: the grants are gated on the
+//!   epoch mark, a row of the same table under a name no lock can have, holding the
+//!   `@@server_id` leases were last granted on (see `epoch.rs`). A new server grants nothing
+//!   until one longest lease has passed, and from then on its tokens start at its clock in
+//!   microseconds. `list` never shows the mark.
 //! - Lock names are `VARBINARY`: compared byte for byte, so case, accents and trailing
 //!   spaces all make different locks (MariaDB's `utf8mb4_bin` is PAD SPACE: 'x' = 'x ').
 //! - Deadlocks (1213) and lock wait timeouts (1205) undo the whole statement and are
@@ -45,6 +51,8 @@
 //! The password never appears in a message: every message names the store by
 //! `url::redact`, and anything that might echo it is scrubbed.
 
+mod acquire;
+mod epoch;
 mod errors;
 pub mod hint;
 mod kind;
@@ -52,12 +60,14 @@ mod relief;
 mod target;
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rand::Rng;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
+use tokio::time::Instant;
 
 use super::Access;
 use super::{Acquire, ErrorKind, Lease, LockRecord, Renew, Result, Store, StoreError};
@@ -102,6 +112,9 @@ pub struct MySqlStore {
     secrets: Vec<String>,
     /// The user locks that wake waiters.
     hints: hint::Hints,
+    /// When the grace of a new epoch that an acquire last ran into ends: until then every
+    /// lock counts as held, and a waiter sleeps rather than queue for a user lock.
+    grace: Mutex<Option<Instant>>,
 }
 
 impl MySqlStore {
@@ -121,7 +134,8 @@ impl MySqlStore {
             .test_before_acquire(false)
             .connect_lazy_with(options.clone());
         let hints = hint::Hints::new(options.clone(), pool.clone(), &table);
-        let store = Self { pool, options, table: format!("`{table}`"), shown, secrets, hints };
+        let grace = Mutex::new(None);
+        let store = Self { pool, options, table: format!("`{table}`"), shown, secrets, hints, grace };
         let (store_ref, table) = (&store, &table);
         store
             .call("open", move || async move {
@@ -130,6 +144,7 @@ impl MySqlStore {
                 let probe = sqlx::query(store.sql("SELECT 1 FROM {t} LIMIT 0")).execute(&mut *conn).await;
                 match probe {
                     Err(err) if no_table(&err) && access == Access::Create => {
+                        // With the table, the mark of its first epoch (see `epoch`).
                         sqlx::raw_sql(AssertSqlSafe(schema_sql(table))).execute(&mut *conn).await?;
                     }
                     Err(err) if no_table(&err) => {} // no table, no locks: status and list say so
@@ -308,86 +323,7 @@ fn micros(d: Duration) -> i64 {
 #[async_trait]
 impl Store for MySqlStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        // The winner also asks for the user locks (without waiting) in the same statement: SET is
-        // evaluated only on the row it takes, so a loser never does. `kept` is 0 whatever the
-        // answer; whether it got them is only a hint. The second one is named by the new token
-        // (MySQL assigns left to right: `token` is the new one there).
-        let table = self.bare_table();
-        let take = &self.sql(&format!(
-            "UPDATE {{t}} SET holder = ?, token = LAST_INSERT_ID(token + 1), acquired_at = UTC_TIMESTAMP(6),
-                expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, revoked = 0,
-                kept = IF(GET_LOCK({}, 0) IS NULL OR GET_LOCK({}, 0) IS NULL, 0, 0)
-             WHERE name = ? AND (holder IS NULL OR expires_at <= UTC_TIMESTAMP(6))",
-            hint::name_sql(table),
-            hint::relief_sql(table, "token")
-        ));
-        let get_lock = &self.sql(&format!(
-            "DO GET_LOCK({}, 0), GET_LOCK({}, 0)",
-            hint::name_sql(table),
-            hint::relief_sql(table, "1")
-        ));
-        let create = &self.sql(
-            "INSERT INTO {t} (name, holder, token, acquired_at, expires_at, revoked)
-             VALUES (?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 0)",
-        );
-        self.call("acquire", move || async move {
-            let won = |token| Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token });
-            let mut conn = self.hints.connection_for_acquire().await?;
-            let mut last = LockRecord::free(lock);
-            for _ in 0..ACQUIRE_ROUNDS {
-                // Free, released or expired: take it. The affected-row count is the verdict,
-                // and LAST_INSERT_ID(expr) hands back the token this very statement wrote.
-                let done = sqlx::query(AssertSqlSafe(take.0.as_str()))
-                    .bind(identity)
-                    .bind(micros(ttl))
-                    .bind(lock.as_bytes())
-                    .bind(lock.as_bytes())
-                    .bind(lock.as_bytes())
-                    .execute(conn.conn())
-                    .await?;
-                if done.rows_affected() == 1 {
-                    // The connection that holds the user lock leaves the pool with the lease.
-                    self.hints.won(lock, Some(conn.detach()));
-                    return Ok(won(done.last_insert_id()));
-                }
-                match self.read(conn.conn(), lock).await? {
-                    Some(record) if record.is_held() => {
-                        self.hints.saw(lock, record.token);
-                        self.hints.spare(conn);
-                        return Ok(Acquire::Held(record));
-                    }
-                    // Freed or lapsed since the update looked: try again.
-                    Some(record) => last = record,
-                    // A name never seen: exactly one racer's insert succeeds.
-                    None => match sqlx::query(AssertSqlSafe(create.0.as_str()))
-                        .bind(lock.as_bytes())
-                        .bind(identity)
-                        .bind(micros(ttl))
-                        .execute(conn.conn())
-                        .await
-                    {
-                        Ok(_) => {
-                            // A lock name's first acquisition only: one more statement.
-                            let hinted = sqlx::query(AssertSqlSafe(get_lock.0.as_str()))
-                                .bind(lock.as_bytes())
-                                .bind(lock.as_bytes())
-                                .execute(conn.conn())
-                                .await;
-                            if let Err(err) = hinted {
-                                tracing::debug!("cannot take the user lock: {err}");
-                            }
-                            self.hints.won(lock, Some(conn.detach()));
-                            return Ok(won(1));
-                        }
-                        Err(err) if duplicate(&err) => {}
-                        Err(err) => return Err(err),
-                    },
-                }
-            }
-            // The lock kept changing hands under us: others are taking it.
-            Ok(Acquire::Held(last))
-        })
-        .await
+        self.call("acquire", move || self.take(lock, identity, ttl)).await
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renew> {
@@ -444,6 +380,12 @@ impl Store for MySqlStore {
     }
 
     async fn changed(&self, lock: &str, max_wait: Duration) {
+        let grace = *self.grace.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(until) = grace.filter(|until| *until > Instant::now()) {
+            // A new epoch's grace: nobody on this server holds the user locks yet, and nothing
+            // is granted before it ends.
+            return tokio::time::sleep_until(until.min(Instant::now() + max_wait)).await;
+        }
         if self.hints.is_woken(lock) {
             // This waiter holds the user lock, yet someone holds the lease without it (it won
             // while the user lock was ours, or runs a leaderrun from before the hint): re-read
@@ -467,7 +409,10 @@ impl Store for MySqlStore {
 
     async fn list(&self) -> Result<Vec<LockRecord>> {
         self.call("list", move || async move {
-            let select = |columns: &str| self.sql(&format!("SELECT name, {columns} FROM {{t}} ORDER BY name"));
+            let select = |columns: &str| {
+                let mark = epoch::MARK_SQL;
+                self.sql(&format!("SELECT name, {columns} FROM {{t}} WHERE name <> {mark} ORDER BY name"))
+            };
             let mut rows = sqlx::query(select(&columns(true))).fetch_all(&self.pool).await;
             if rows.as_ref().is_err_and(no_kept_column) {
                 rows = sqlx::query(select(&columns(false))).fetch_all(&self.pool).await;

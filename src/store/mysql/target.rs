@@ -16,7 +16,9 @@ pub(super) const SQLX_OPTIONS: &[&str] =
     &["ssl-mode", "sslmode", "ssl-ca", "sslca", "ssl-cert", "sslcert", "ssl-key", "sslkey", "socket"];
 
 /// The table's definition, for `CREATE TABLE IF NOT EXISTS` on first use and for
-/// `leaderrun init --print-sql`. `table` must be a valid name (see [`table_of`]).
+/// `leaderrun init --print-sql`, and the epoch mark of a table just made (the row that guards
+/// against a failover that loses leases: see `epoch`). `table` must be a valid name (see
+/// [`table_of`]).
 pub fn schema_sql(table: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS `{table}` (
@@ -27,7 +29,9 @@ pub fn schema_sql(table: &str) -> String {
     expires_at  DATETIME(6) NOT NULL,       -- UTC, on the server's clock: the lease lapses then
     revoked     BOOLEAN NOT NULL DEFAULT 0, -- 1: `leaderrun release` asked the holder to stand down
     kept        BOOLEAN NOT NULL DEFAULT 0  -- 1: released, kept until expires_at for --min-hold
-) ENGINE=InnoDB"
+) ENGINE=InnoDB;
+{}",
+        super::epoch::create_mark_sql(table)
     )
 }
 
