@@ -145,6 +145,30 @@ async fn least_privileges_select_insert_update() {
     assert!(!store.list().await.unwrap().is_empty());
 }
 
+/// A server that will not run the functions that state its epoch (Aurora refuses the WAL
+/// functions; here a hardened server revokes them from PUBLIC) still grants leases: the
+/// acquire drops the epoch, once, and goes on without it, with tokens as on a fresh store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_does_not_state_its_epoch_still_grants() {
+    let pg = pg().await;
+    pg.server.psql("CREATE ROLE limited LOGIN PASSWORD 'limited-pw'");
+    for function in ["pg_control_system()", "pg_current_wal_lsn()", "pg_walfile_name(pg_lsn)"] {
+        pg.server.psql(&format!("REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC"));
+    }
+    registry::parse_url(&pg.server.url()).unwrap().prepare().await.expect("the owner creates the table");
+    pg.server.psql_in("leaderrun", "GRANT SELECT, INSERT, UPDATE ON leaderrun_locks TO limited");
+    let port = pg.server.port();
+    let limited = format!("postgres://limited:limited-pw@127.0.0.1:{port}/leaderrun");
+    let store = open_url(&limited, Access::Create).await.unwrap();
+    let lock = unique("unstated");
+    let first = won(&*store, &lock, "a", TTL).await;
+    store.release(&first, Duration::ZERO).await.unwrap();
+    let second = won(&*store, &lock, "b", TTL).await;
+    assert_eq!((first.token, second.token), (1, 2));
+    // Another client learns it anew, and a held lock is still held.
+    held(&*open_url(&limited, Access::Create).await.unwrap(), &lock, "c").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn errors_say_what_went_wrong_without_the_password() {
     let pg = pg().await;

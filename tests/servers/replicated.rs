@@ -63,7 +63,8 @@ impl Endpoint {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
                 let to = inner.upstream.load(Ordering::SeqCst);
-                let Ok(server) = TcpStream::connect_timeout(&([127, 0, 0, 1], to).into(), Duration::from_secs(2)) else {
+                let Ok(server) = TcpStream::connect_timeout(&([127, 0, 0, 1], to).into(), Duration::from_secs(2))
+                else {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 };

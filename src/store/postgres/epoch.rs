@@ -56,15 +56,59 @@ pub(super) const MARK_SQL: &str = "(chr(1) || 'epoch')";
 /// the grace left in microseconds if the epoch's grace refused it (else NULL).
 pub(super) const ANSWER: &str = "(SELECT token FROM won), (SELECT left_us FROM gate WHERE left_us > 0)";
 
+/// How the statement learns the server's epoch: from the server's control data and WAL, or,
+/// where the server will not tell (`is_unstated`), not at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Epoch {
+    Stated,
+    /// Amazon Aurora refuses the WAL functions ("wal_level must be set to 'logical'", "currently
+    /// not supported for Aurora"), and a hardened server may revoke them. Aurora's storage is
+    /// shared, so a failover there loses no acknowledged write; elsewhere a promotion goes
+    /// unnoticed, which the store says once, as a warning. The epoch is then one constant on the
+    /// first timeline: a mark written by a server that did state its epoch still starts one
+    /// grace (it shows another epoch), and none after that.
+    Unstated,
+}
+
+impl Epoch {
+    /// The SQL of the system identifier and the timeline, as the statement reads them.
+    fn columns(self) -> (&'static str, &'static str) {
+        match self {
+            Epoch::Stated => (
+                "(SELECT system_identifier FROM pg_control_system())::text",
+                "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)",
+            ),
+            Epoch::Unstated => ("'unstated'", "'00000001'"),
+        }
+    }
+}
+
+/// Whether a guarded acquire failed because the server will not run the functions that state
+/// its epoch (not a transient failure, nor one of the lock table).
+pub(super) fn is_unstated(err: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = err else { return false };
+    let text = db.message().to_ascii_lowercase();
+    ["pg_control_system", "pg_current_wal_lsn", "pg_walfile_name", "wal_level", "not supported for aurora"]
+        .iter()
+        .any(|name| text.contains(name))
+}
+
+/// Said once per store, when the server first refuses to state its epoch.
+pub(super) fn warn_unstated(shown: &str, why: &str) {
+    tracing::warn!(
+        "PostgreSQL store {shown}: the server does not state its timeline ({why}); a failover that loses leases \
+         cannot be noticed (none can on Aurora's shared storage)"
+    );
+}
+
 /// The CTEs of a guarded acquire, ending with `won` (the token, if the lock was won) and
 /// `gate` (`left_us`: the grace left, 0 once over). Values: `$1` the lock, `$2` the holder,
 /// `$3` the store ttl in microseconds. `t` is the quoted table name.
-pub(super) fn guarded_ctes(t: &str) -> String {
+pub(super) fn guarded_ctes(t: &str, epoch: Epoch) -> String {
+    let (system, timeline) = epoch.columns();
     format!(
         "WITH c AS (
-            SELECT clock_timestamp() AS now,
-                   (SELECT system_identifier FROM pg_control_system())::text AS system,
-                   substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) AS timeline),
+            SELECT clock_timestamp() AS now, {system} AS system, {timeline} AS timeline),
          e AS (
             SELECT now, (extract(epoch FROM now) * 1000000)::bigint AS now_us,
                    system || '/' || timeline AS epoch, timeline = '00000001' AS first_timeline
@@ -130,8 +174,14 @@ mod tests {
     #[test]
     fn both_acquires_are_guarded() {
         let sql = Sql::new("t");
-        for acquire in [&sql.acquire, &sql.acquire_announced] {
-            assert!(acquire.starts_with(&guarded_ctes("\"t\"")), "{acquire}");
+        let unstated = &sql.unstated;
+        for (acquire, epoch) in [
+            (&sql.acquire, Epoch::Stated),
+            (&sql.acquire_announced, Epoch::Stated),
+            (&unstated.0, Epoch::Unstated),
+            (&unstated.1, Epoch::Unstated),
+        ] {
+            assert!(acquire.starts_with(&guarded_ctes("\"t\"", epoch)), "{acquire}");
             assert!(acquire.contains(&format!("SELECT {ANSWER},")), "{acquire}");
             assert!(acquire.contains("FROM gate WHERE gate.left_us = 0"), "{acquire}");
         }

@@ -57,7 +57,7 @@
 //! server's error text, never from sqlx's options (whose `Debug` shows the password).
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -134,6 +134,8 @@ pub struct PostgresStore {
     /// The pid of this store's last waiting session (0: none), which its releases leave out
     /// when they pick whose turn it is (`turns.rs`).
     waited_as: AtomicU32,
+    /// The server would not run the functions that state its epoch (`epoch::Epoch::Unstated`).
+    epoch_unstated: AtomicBool,
     sql: Sql,
     /// The connection settings, to find out why the pool gave up (see `open`).
     options: PgConnectOptions,
@@ -178,6 +180,7 @@ impl PostgresStore {
             watch_pool,
             watching: Mutex::new(None),
             waited_as: AtomicU32::new(0),
+            epoch_unstated: AtomicBool::new(false),
             sql: Sql::new(table),
             options,
             shown,
@@ -341,9 +344,15 @@ impl PostgresStore {
         if lock == epoch::MARK {
             return Err(StoreError::refused(format!("PostgreSQL store {}: {lock:?} is not a lock name", self.shown)));
         }
-        let template = if announce { &self.sql.acquire_announced } else { &self.sql.acquire };
+        let templates = |unstated: bool| match (unstated, announce) {
+            (false, false) => &self.sql.acquire,
+            (false, true) => &self.sql.acquire_announced,
+            (true, false) => &self.sql.unstated.0,
+            (true, true) => &self.sql.unstated.1,
+        };
+        let mut template = templates(self.epoch_unstated.load(Ordering::Relaxed));
         let mut answer = Err(sqlx::Error::PoolClosed);
-        for _ in 0..3 {
+        for _ in 0..4 {
             answer = self
                 .statement(template, &[Value::Text(lock), Value::Text(identity), Value::Int(micros(ttl))])?
                 .fetch_one(&mut *conn)
@@ -351,6 +360,10 @@ impl PostgresStore {
                 .and_then(|row| Ok((row.try_get::<Option<i64>, _>(0)?, row.try_get::<Option<i64>, _>(1)?)));
             match &answer {
                 Err(err) if no_kept_column(err) => self.add_kept_column(&mut *conn).await?,
+                Err(err) if epoch::is_unstated(err) && !self.epoch_unstated.swap(true, Ordering::Relaxed) => {
+                    epoch::warn_unstated(&self.shown, &describe(err));
+                    template = templates(true);
+                }
                 // Dropped since this store opened (or never made): a run makes it again.
                 Err(err) if !self.existing_only && sqlstate(err).as_deref() == Some("42P01") => {
                     self.create_table(&mut *conn, &self.table).await?

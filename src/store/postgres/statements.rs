@@ -11,6 +11,9 @@ pub(super) struct Sql {
     pub(super) acquire: String,
     /// `acquire` by a waiter acting on a turn: it also tells the other waiters (`turns.rs`).
     pub(super) acquire_announced: String,
+    /// `acquire` and `acquire_announced` on a server that will not state its epoch
+    /// (`epoch::Epoch::Unstated`).
+    pub(super) unstated: Box<(String, String)>,
     pub(super) renew: String,
     pub(super) release: String,
     pub(super) status: String,
@@ -101,7 +104,8 @@ impl Sql {
         // One clock reading for the whole statement. A row is taken over only if it was
         // released or has expired on the server's clock, and only once the epoch's grace
         // after a failover is over (`epoch.rs`); the token never resets.
-        let guarded = epoch::guarded_ctes(&t);
+        let guarded = epoch::guarded_ctes(&t, epoch::Epoch::Stated);
+        let unstated = epoch::guarded_ctes(&t, epoch::Epoch::Unstated);
         let answer = epoch::ANSWER;
         // The epoch's mark is not a lock.
         let not_the_mark = format!("WHERE l.name <> {}", epoch::MARK_SQL);
@@ -110,6 +114,10 @@ impl Sql {
             table: t.clone(),
             acquire_announced: turns::announced_sql(&guarded, answer, "$1", &tell_watchers),
             acquire: format!("{guarded} SELECT {answer}, (SELECT {tell_watchers} FROM won)"),
+            unstated: Box::new((
+                format!("{unstated} SELECT {answer}, (SELECT {tell_watchers} FROM won)"),
+                turns::announced_sql(&unstated, answer, "$1", &tell_watchers),
+            )),
             // A row kept for --min-hold has no child left: a renewal sent before its release
             // and arriving after it must not stretch the keep to a full ttl again. (The
             // acquire that made this lease already needed the `kept` column.)
