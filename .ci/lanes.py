@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Rough weights for the start order only (a wrong guess costs a little time, never a result):
 # the fault runs take minutes, the end-to-end and cluster tests a minute or so each.
-WEIGHTS = [("fault_run", 500), ("e2e_", 60), ("cluster_", 50), ("conformance_", 40)]
+WEIGHTS = [("fault_run", 500), ("failover_run", 300), ("e2e_", 60), ("cluster_", 50), ("conformance_", 40)]
 
 
 # Binaries that load the machine, and how much of it they may share. A binary whose tests each
@@ -38,7 +38,7 @@ WEIGHTS = [("fault_run", 500), ("e2e_", 60), ("cluster_", 50), ("conformance_", 
 # time, mostly asleep) count too: their 2 s leases leave a holder's stop signal a few hundred
 # milliseconds. Two units of "heavy" may run at once; a binary that starts JVMs takes both.
 CAPACITY = 2
-HEAVY = ("postgres", "mariadb", "s3", "dynamodb", "gcs", "kubernetes", "azblob", "fault_run")
+HEAVY = ("postgres", "mariadb", "s3", "dynamodb", "gcs", "kubernetes", "azblob", "fault_run", "failover_run")
 JVMS = ("datastore", "zookeeper")
 
 

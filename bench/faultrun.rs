@@ -309,7 +309,7 @@ fn main() {
         note(&log, &format!("FAULT {holder} {:?} {at}", fault));
         run.apply(fault, &holder, wrapper);
         note(&log, &format!("HEALED {holder} {:?} {}", fault, now_ns()));
-        applied.push(Applied { fault, holder, at });
+        applied.push(Applied { fault, holder, at, first_step: false });
         if (n + 1) % 50 == 0 {
             eprintln!("leaderrun-faultrun: {} faults applied", n + 1);
         }

@@ -217,7 +217,7 @@ impl Run {
         let at = now_ns();
         note(&self.log, &format!("FAULT {holder} {:?} {at}", Fault::Release));
         self.release_holder();
-        let released = Applied { fault: Fault::Release, holder: holder.to_string(), at };
+        let released = Applied { fault: Fault::Release, holder: holder.to_string(), at, first_step: true };
         let started = std::time::Instant::now();
         while started.elapsed() < within {
             if let Some((next, pid)) = self.current_holder(within.saturating_sub(started.elapsed())) {
