@@ -36,10 +36,11 @@ pub enum Fault {
     FreezeHolderNode,
     FailOverLosing,
     FailOver,
+    FailOverHolderKilled,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 18] = [
+    pub const ALL: [Fault; 19] = [
         Fault::KillWrapper,
         Fault::KillChild,
         Fault::StopWrapperShort,
@@ -58,6 +59,7 @@ impl Fault {
         Fault::FreezeHolderNode,
         Fault::FailOverLosing,
         Fault::FailOver,
+        Fault::FailOverHolderKilled,
     ];
 
     /// A fault of one node of a cluster (`--cluster`): never two nodes down at once, so a
@@ -71,7 +73,7 @@ impl Fault {
 
     /// A failover of a replicated store (`--replicated`): the only faults of such a run.
     pub fn needs_replicas(self) -> bool {
-        matches!(self, Fault::FailOverLosing | Fault::FailOver)
+        matches!(self, Fault::FailOverLosing | Fault::FailOver | Fault::FailOverHolderKilled)
     }
 
     pub fn needs_server(self) -> bool {
@@ -105,6 +107,7 @@ impl Fault {
             Fault::FreezeHolderNode => "SIGSTOP holder's node 1.5 ttl",
             Fault::FailOverLosing => "failover losing the holder's acquire",
             Fault::FailOver => "failover, replica caught up",
+            Fault::FailOverHolderKilled => "holder's wrapper SIGKILLed, then failover",
         }
     }
 
@@ -121,6 +124,7 @@ impl Fault {
                 | Fault::FreezeServer
                 | Fault::CutHolderNetwork
                 | Fault::FailOverLosing
+                | Fault::FailOverHolderKilled
         )
     }
 
@@ -193,6 +197,13 @@ impl Run {
             }
             Fault::FailOver => {
                 self.backend.catch_up();
+                self.backend.fail_over();
+                self.backend.add_replica();
+            }
+            // The holder gone with the primary: the next holder waits out both its lease and the
+            // new primary's grace (the cost of the grace, measured).
+            Fault::FailOverHolderKilled => {
+                let _ = kill(wrapper, Signal::SIGKILL);
                 self.backend.fail_over();
                 self.backend.add_replica();
             }
