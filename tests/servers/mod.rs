@@ -20,6 +20,8 @@ pub mod nats_cluster;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod redis_sentinel;
+pub mod replicated;
 pub mod server;
 pub mod tls;
 pub mod zookeeper;
