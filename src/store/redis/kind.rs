@@ -25,10 +25,10 @@ pub const KIND: StoreKind = StoreKind {
            or ?cacert=FILE, and a client certificate from &cert=FILE&key=FILE. A server whose maxmemory-policy \
            is not noeviction is refused (exit 69), whatever its maxmemory, as is one that shows its policy \
            through neither CONFIG GET nor INFO: it may evict a held lease (a second holder starts) or the token \
-           counter (tokens repeat). ?allow-eviction=1 accepts that risk (and, where scripts may not run INFO, \
-           leases without the failover guard). The policy is read when a run starts: a \
-           change under a running holder is not seen. The database is the path (/2); ?protocol=resp3 is also \
-           taken; any other parameter is refused.",
+           counter (tokens repeat). ?allow-eviction=1 accepts that risk. The policy is read when a run starts: a \
+           change under a running holder is not seen. A server whose scripts may not run INFO cannot show a \
+           failover: leases are granted without the guard, as the run says once. The database is the path \
+           (/2); ?protocol=resp3 is also taken; any other parameter is refused.",
     parse: |url| Target::parse(url).map(|target| Box::new(target) as Box<dyn StoreSpec>),
 };
 

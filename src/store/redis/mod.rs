@@ -150,8 +150,9 @@ pub struct RedisStore {
     no_blpop: AtomicBool,
     scripts: Scripts,
     prefix: String,
-    /// `?allow-eviction=1`: the URL accepts what leaderrun cannot see on this server.
-    allow_eviction: bool,
+    /// The server's scripts cannot run INFO, so they cannot state its epoch (`scripts.rs`):
+    /// acquires go on without it, as the store said once.
+    epoch_unstated: AtomicBool,
     /// The URL without its password, for messages.
     shown: String,
 }
@@ -178,7 +179,7 @@ impl RedisStore {
             no_blpop: AtomicBool::new(false),
             scripts: Scripts::new(),
             prefix: target.prefix.clone(),
-            allow_eviction: target.allow_eviction,
+            epoch_unstated: AtomicBool::new(false),
             shown,
         })
     }
@@ -193,13 +194,51 @@ impl RedisStore {
 
     /// Run a script (EVALSHA, loading it on NOSCRIPT) and return its answer.
     async fn run(&self, op: &'static str, invocation: &redis::ScriptInvocation<'_>) -> Result<Value> {
+        self.invoke(op, invocation).await?.map_err(|e| error(&self.shown, e))
+    }
+
+    /// `run`, with the server's own error kept for the caller to look at: the outer error is
+    /// one of reaching the server.
+    async fn invoke(
+        &self,
+        op: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<std::result::Result<Value, RedisError>> {
         // One line per request at -vvv: the benchmarks count them.
         tracing::trace!(op, "store request");
         let (mut conn, at) = self.link.connection().await?;
-        invocation.invoke_async(&mut conn).await.map_err(|e| {
-            self.link.failed(at, &e);
-            error(&self.shown, e)
-        })
+        Ok(invocation.invoke_async(&mut conn).await.inspect_err(|e| self.link.failed(at, e)))
+    }
+
+    /// Run the acquire script. A server whose scripts cannot run INFO cannot state its epoch:
+    /// the script is run again without it, and the store says so once (as a warning).
+    async fn run_acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Value> {
+        loop {
+            let unstated = self.epoch_unstated.load(Ordering::Relaxed);
+            let mut invocation = self.scripts.acquire.prepare_invoke();
+            invocation
+                .key(self.key("lock", lock))
+                .key(self.key("token", lock))
+                .key(format!("{}locks", self.prefix))
+                .key(format!("{}{EPOCH_MARK}", self.prefix))
+                .arg(lock)
+                .arg(identity)
+                .arg(millis(ttl))
+                .arg(self.channel())
+                .arg(if unstated { "1" } else { "0" });
+            match self.invoke("acquire", &invocation).await? {
+                Err(err) if err.code() == Some("NOINFO") && !self.epoch_unstated.swap(true, Ordering::Relaxed) => {
+                    let why =
+                        err.detail().unwrap_or_default().split(" script: ").next().unwrap_or_default().to_string();
+                    tracing::warn!(
+                        "Redis store {}: the server does not let scripts run INFO ({why}), so a failover that loses \
+                         leases cannot be noticed; let this user run INFO (+info)",
+                        self.shown
+                    );
+                }
+                answer => return answer.map_err(|e| error(&self.shown, e)),
+            }
+        }
     }
 
     /// The record of one lock.
@@ -250,12 +289,6 @@ fn error(shown: &str, err: RedisError) -> StoreError {
 fn describe(err: &RedisError) -> String {
     let what = match err.kind() {
         _ if tls_refused(err) => format!("TLS: {err}"),
-        // The acquire script cannot read the server's replication id (`scripts.rs`).
-        _ if err.code() == Some("NOINFO") => format!(
-            "the server does not let leaderrun's acquire script run INFO ({}), which it reads to notice a \
-             failover that lost leases: let this user run INFO (+info), or accept the risk with ?allow-eviction=1",
-            err.detail().unwrap_or_default().split(" script: ").next().unwrap_or_default()
-        ),
         _ if err.is_io_error() => format!("cannot reach the server: {err}"),
         // The crate keeps only its own summary of the server's WRONGPASS.
         redis::ErrorKind::AuthenticationFailed => {
@@ -357,18 +390,7 @@ fn millis(d: Duration) -> u64 {
 #[async_trait]
 impl Store for RedisStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        let mut invocation = self.scripts.acquire.prepare_invoke();
-        invocation
-            .key(self.key("lock", lock))
-            .key(self.key("token", lock))
-            .key(format!("{}locks", self.prefix))
-            .key(format!("{}{EPOCH_MARK}", self.prefix))
-            .arg(lock)
-            .arg(identity)
-            .arg(millis(ttl))
-            .arg(self.channel())
-            .arg(if self.allow_eviction { "1" } else { "0" });
-        let value = self.run("acquire", &invocation).await?;
+        let value = self.run_acquire(lock, identity, ttl).await?;
         let fields = items(&value);
         match fields.first().and_then(int) {
             Some(1) => {

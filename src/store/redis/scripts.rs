@@ -51,13 +51,14 @@ end
 /// were last granted in, when it began (ms, server clock), the longest lease asked for since,
 /// and whether the epoch began on an empty store (`fresh`).
 ///
-/// `guard(mark, locks, ttl, now, blind)` returns (ms the grace has left, fresh): a grant may be
-/// made when the first is 0.
+/// `guard(mark, locks, ttl, now, unstated)` returns (ms the grace has left, fresh): a grant may
+/// be made when the first is 0.
 ///
-/// - A server that does not let the script run INFO (renamed, or not allowed to the user) shows
-///   no epoch: the script fails with `NOINFO`, unless `blind` is '1' (`?allow-eviction=1`, the
-///   URL's acceptance of what leaderrun cannot see on such a server): then there is no guard,
-///   as before it existed.
+/// - A server that does not let the script run INFO (renamed, or not allowed to the user)
+///   cannot state its epoch: the script fails with `NOINFO`, and the store runs it again with
+///   `unstated` '1' (saying so once, `mod.rs`). The epoch is then the constant `unstated`, never
+///   promoted: a mark written while the server did state its epoch starts one grace (it shows
+///   another epoch), and none after that, so a promotion goes unnoticed.
 /// - No mark: on an empty store (no `{prefix}locks` set, which every grant adds its lock to,
 ///   and a server that was not promoted since it started) a fresh epoch begins, with no grace;
 ///   otherwise (leases of an older leaderrun, a mark lost or never replicated) an epoch begins
@@ -75,20 +76,20 @@ local function epoch_mark(mark_key, epoch, began, longest, fresh)
   redis.call('HSET', mark_key, 'epoch', epoch, 'began_ms', string.format('%d', began),
     'longest_ms', string.format('%d', longest), 'fresh', f)
 end
-local function guard(mark_key, locks_key, ttl, now, blind)
-  local replication = redis.pcall('INFO', 'replication')
-  if type(replication) == 'table' then
-    if blind == '1' then
-      return 0, true
+local function guard(mark_key, locks_key, ttl, now, unstated)
+  local epoch, promoted = 'unstated', false
+  if unstated ~= '1' then
+    local replication = redis.pcall('INFO', 'replication')
+    if type(replication) == 'table' then
+      error({err = 'NOINFO ' .. tostring(replication.err)})
     end
-    error({err = 'NOINFO ' .. tostring(replication.err)})
+    epoch = string.match(replication, 'master_replid:(%x+)')
+    if not epoch then
+      error({err = 'NOINFO no master_replid in INFO replication (Redis 4.0 or later has it)'})
+    end
+    local previous = string.match(replication, 'master_replid2:(%x+)')
+    promoted = previous ~= nil and string.match(previous, '^0+$') == nil
   end
-  local epoch = string.match(replication, 'master_replid:(%x+)')
-  if not epoch then
-    error({err = 'NOINFO no master_replid in INFO replication (Redis 4.0 or later has it)'})
-  end
-  local previous = string.match(replication, 'master_replid2:(%x+)')
-  local promoted = previous ~= nil and string.match(previous, '^0+$') == nil
   local mark = redis.call('HMGET', mark_key, 'epoch', 'began_ms', 'longest_ms', 'fresh')
   local began, longest = tonumber(mark[2]), tonumber(mark[3])
   if not (mark[1] and began and longest) then
@@ -123,8 +124,8 @@ end
 
 /// The scripts, each one atomic step on the server.
 pub(super) struct Scripts {
-    /// KEYS: lock, token, locks set, epoch mark. ARGV: name, identity, ttl_ms, channel, blind
-    /// ('1': grant without the guard where INFO cannot run).
+    /// KEYS: lock, token, locks set, epoch mark. ARGV: name, identity, ttl_ms, channel, unstated
+    /// ('1': the server's scripts cannot run INFO, see `EPOCH`).
     /// Returns {1, token} when won, {0, record...} when held, and {2, token, ms left} while a
     /// new primary waits out the leases of the old one.
     pub(super) acquire: Script,

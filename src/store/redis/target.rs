@@ -47,8 +47,7 @@ pub struct Target {
     /// `cacert=`: trust this CA (PEM) instead of the system's; `cert=` and `key=`: a client
     /// certificate and its key (PEM), for servers that ask (as redis-cli names them).
     tls: TlsFiles,
-    /// `allow-eviction=1`: open even a server that may evict keys (see `eviction.rs`), or whose
-    /// scripts cannot read the epoch (`scripts.rs`).
+    /// `allow-eviction=1`: open even a server that may evict keys (see `eviction.rs`).
     pub(super) allow_eviction: bool,
 }
 
