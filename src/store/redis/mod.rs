@@ -227,14 +227,16 @@ impl RedisStore {
                 .arg(self.channel())
                 .arg(if unstated { "1" } else { "0" });
             match self.invoke("acquire", &invocation).await? {
-                Err(err) if err.code() == Some("NOINFO") && !self.epoch_unstated.swap(true, Ordering::Relaxed) => {
-                    let why =
-                        err.detail().unwrap_or_default().split(" script: ").next().unwrap_or_default().to_string();
-                    tracing::warn!(
-                        "Redis store {}: the server does not let scripts run INFO ({why}), so a failover that loses \
-                         leases cannot be noticed; let this user run INFO (+info)",
-                        self.shown
-                    );
+                // Another call of this store may have met it first: only one says so.
+                Err(err) if err.code() == Some("NOINFO") && !unstated => {
+                    if !self.epoch_unstated.swap(true, Ordering::Relaxed) {
+                        let why = err.detail().unwrap_or_default().split(" script: ").next().unwrap_or_default();
+                        tracing::warn!(
+                            "Redis store {}: the server does not let scripts run INFO ({why}), so a failover that \
+                             loses leases cannot be noticed; let this user run INFO (+info)",
+                            self.shown
+                        );
+                    }
                 }
                 answer => return answer.map_err(|e| error(&self.shown, e)),
             }
