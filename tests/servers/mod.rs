@@ -22,6 +22,7 @@ pub mod postgres;
 pub mod postgres_replicated;
 pub mod process;
 pub mod redis;
+pub mod redis_sentinel;
 pub mod replicated;
 pub mod server;
 pub mod tls;

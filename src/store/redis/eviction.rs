@@ -22,8 +22,13 @@
 //! What remains: the policy is read when the store opens. A policy changed later
 //! (`CONFIG SET maxmemory-policy`) is not seen by a holder that is already running, only
 //! by the next run that opens the store.
+//!
+//! The epoch mark (`{prefix}epoch`, see `scripts.rs`) has no expiry, so no `volatile-*` policy
+//! evicts it. An `allkeys-*` policy (only with `?allow-eviction=1`) may: the next acquire then
+//! finds leases but no mark and waits out a grace, as after a failover; it may evict the
+//! `{prefix}locks` set too, and then the store looks new and the guard is lost with it.
 
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
 
 use super::{error, text, transient};
@@ -34,7 +39,7 @@ const SAFE_POLICY: &str = "noeviction";
 
 /// Refuse the server unless its policy is `noeviction`, in one line that names the
 /// setting and the fix. A server that cannot be reached is unavailable, as for any call.
-pub(super) async fn refuse_an_evicting_server(conn: &ConnectionManager, shown: &str) -> Result<()> {
+pub(super) async fn refuse_an_evicting_server(conn: &mut (impl ConnectionLike + Send), shown: &str) -> Result<()> {
     let refused = |why: String, fix: &str| {
         Err(StoreError::refused(format!(
             "Redis store {shown}: {why}, so Redis may evict a held lease (a second holder starts) or the \
@@ -56,15 +61,14 @@ pub(super) async fn refuse_an_evicting_server(conn: &ConnectionManager, shown: &
 
 /// The server's eviction policy: from `CONFIG GET`, else from `INFO memory`; `None` when
 /// neither answers. Only an error that a retry may cure (the server is unreachable) is one.
-async fn policy(conn: &ConnectionManager) -> std::result::Result<Option<String>, RedisError> {
-    let mut conn = conn.clone();
+async fn policy(conn: &mut (impl ConnectionLike + Send)) -> std::result::Result<Option<String>, RedisError> {
     tracing::trace!(op = "config_get", "store request");
-    let config = redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn).await;
+    let config = redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(conn).await;
     if let Some(policy) = answer(config)?.as_ref().and_then(config_value) {
         return Ok(Some(policy));
     }
     tracing::trace!(op = "info", "store request");
-    let info = redis::cmd("INFO").arg("memory").query_async(&mut conn).await;
+    let info = redis::cmd("INFO").arg("memory").query_async(conn).await;
     Ok(answer(info)?.as_ref().and_then(|value| info_field(value, "maxmemory_policy")))
 }
 

@@ -1,8 +1,10 @@
 //! Redis store: `--store redis://[user:pass@]host[:port][/db][?prefix=PREFIX]`, or
 //! `rediss://` for TLS (rustls; the system's CAs unless `?cacert=FILE`, and a client
-//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them). `?allow-eviction=1`
-//! opens a server that may evict keys (`eviction.rs`); `?protocol=resp3` is the redis
-//! crate's; any other parameter is refused (`target.rs`).
+//! certificate with `&cert=FILE&key=FILE`, as redis-cli names them); or, for a master that
+//! Sentinels choose, `redis+sentinel://[user:pass@]host1[:26379][,host2...]/SERVICE[/db]`
+//! (`rediss+sentinel://` for TLS; `sentinel.rs`). `?allow-eviction=1` opens a server that may
+//! evict keys (`eviction.rs`); `?protocol=resp3` is the redis crate's; any other parameter is
+//! refused (`target.rs`).
 //!
 //! Keys, under a prefix (`?prefix=`, default `leaderrun:`; the lock name follows verbatim,
 //! Redis keys are binary-safe):
@@ -14,6 +16,8 @@
 //! - `{prefix}token:{name}`: the counter INCR draws fencing tokens from; never expires,
 //!   never deleted, so a token is never handed out twice.
 //! - `{prefix}locks`: a set of every lock name ever taken, for `list`.
+//! - `{prefix}epoch`: the epoch mark, a hash with no expiry (`scripts.rs`, `EPOCH`): the
+//!   replication id leases were last granted under, so that a failover is noticed.
 //!
 //! Every call is one Lua script, so each is an atomic compare-and-set on the server, and
 //! every timestamp is the server's (`TIME`): no client clock is ever compared with it.
@@ -28,10 +32,11 @@
 //!   tokens repeat. For leases that matter run Redis with
 //!   `--appendonly yes --appendfsync always`: with `everysec` (the default) an
 //!   acknowledged acquisition can still be lost in a crash of the host.
-//! - Replication is asynchronous: a failover to a replica can lose the latest
-//!   acquisition or release, which again could let a second holder in (WAIT would not
-//!   fix this). Use a single primary for leases that matter. Redis Cluster is not
-//!   supported (each script touches keys in more than one slot).
+//! - Replication is asynchronous: a failover to a replica can lose the latest acquisitions.
+//!   The acquire script notices the new primary (its `master_replid`) and grants nothing until
+//!   every lease of the old one could have ended, and its tokens jump above the old ones
+//!   (`scripts.rs`). Redis Cluster is not supported (each script touches keys in more than one
+//!   slot).
 //! - Under any `maxmemory-policy` but `noeviction` Redis may evict a held lease or the
 //!   token counter: such a server is refused when the store opens (`eviction.rs`).
 //!
@@ -45,23 +50,29 @@
 //! subscribes to that channel too, on which a take, a keep and a revoke are also published
 //! (`observe.rs`); it never touches a wake list.
 //!
-//! Calls go through one `ConnectionManager` per store, which reconnects by itself after a
-//! server restart (the first call after it fails, as unavailable; the elector retries).
+//! Calls go through one connection per store (`link.rs`): at one address a
+//! `ConnectionManager`, which reconnects by itself after a server restart; behind Sentinels a
+//! connection to the master they name, dropped after a failure so that the next call asks
+//! them again. Either way the first call after a failure fails, as unavailable; the elector
+//! retries.
 //!
 //! Commands used: `CONFIG GET maxmemory-policy` (or `INFO memory`) when the store opens,
-//! `EVALSHA` and, when the server does not know a script yet, `SCRIPT LOAD`; waiters add
+//! `EVALSHA` and, when the server does not know a script yet, `SCRIPT LOAD`; the acquire
+//! script runs `INFO replication` (and, after a restart, `INFO persistence`); waiters add
 //! `BLPOP` (or, without it, `HELLO 3` and `SUBSCRIBE`); `leaderrun watch` adds `HELLO 3` and
-//! `SUBSCRIBE`. Keys touched: `{prefix}*` only (an ACL user needs `~{prefix}*`,
-//! `&{prefix}released`, `+blpop`, and `+config|get` or `+info`).
+//! `SUBSCRIBE`; behind Sentinels, `ROLE` (or `INFO replication`) on the master, and the
+//! Sentinels' `SENTINEL MASTERS` and `ROLE`. Keys touched: `{prefix}*` only (an ACL user needs
+//! `~{prefix}*`, `&{prefix}released`, `+blpop`, `+info`, and `+role` behind Sentinels).
 //!
 //! A password never appears in a message: messages are built from `url::redact(url)` and
 //! the error's own text, never from the redis crate's connection info.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
@@ -70,6 +81,7 @@ use super::release_feed::{self, Heard, ReleaseFeed};
 use super::Access;
 use super::{Acquire, Lease, LockRecord, Observing, Renew, Result, Store, StoreError};
 pub use kind::KIND;
+use link::Link;
 use observe::Changes;
 use scripts::Scripts;
 pub use target::Target;
@@ -77,13 +89,18 @@ use wake::{Waker, Woke};
 
 mod eviction;
 mod kind;
+mod link;
 mod observe;
 mod scripts;
+mod sentinel;
 mod target;
 mod wake;
 
 /// The key prefix used unless the URL says `?prefix=`.
 pub const DEFAULT_PREFIX: &str = "leaderrun:";
+
+/// The epoch mark's key, after the prefix (`scripts.rs`, `EPOCH`): no lock's key is named so.
+pub const EPOCH_MARK: &str = "epoch";
 
 /// Bound on connecting and on each answer. The elector bounds every call with its own,
 /// usually shorter, timeout; this one only keeps a dead server from holding a connection.
@@ -120,8 +137,8 @@ impl ReleaseFeed for Subscription {
 }
 
 pub struct RedisStore {
-    client: Client,
-    conn: ConnectionManager,
+    /// The server, at one address or behind Sentinels (`link.rs`).
+    link: Arc<Link>,
     /// The subscription to releases, made on the first `changed` and dropped once a lease
     /// is won (a holder reads no messages, and unread ones would pile up).
     pubsub: Mutex<Option<Subscription>>,
@@ -133,6 +150,9 @@ pub struct RedisStore {
     no_blpop: AtomicBool,
     scripts: Scripts,
     prefix: String,
+    /// The server's scripts cannot run INFO, so they cannot state its epoch (`scripts.rs`):
+    /// acquires go on without it, as the store said once.
+    epoch_unstated: AtomicBool,
     /// The URL without its password, for messages.
     shown: String,
 }
@@ -145,27 +165,21 @@ impl RedisStore {
     /// show the same refusal a run would meet.
     pub async fn open(target: &Target, _access: Access) -> Result<Self> {
         let shown = target.shown.clone();
-        let client = target.client()?;
-        let prefix = target.prefix.clone();
-        // One attempt per reconnection: the elector retries failed calls on its own schedule.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(TIMEOUT))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(0);
-        let conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(|e| error(&shown, e))?;
+        let link = Arc::new(Link::open(target).await?);
         if !target.allow_eviction {
-            eviction::refuse_an_evicting_server(&conn, &shown).await?;
+            let (mut conn, _) = link.connection().await?;
+            eviction::refuse_an_evicting_server(&mut conn, &shown).await?;
         }
-        let waker = Waker::new(client.clone());
+        let waker = Waker::new(link.clone());
         Ok(Self {
-            client,
-            conn,
+            link,
             pubsub: Mutex::new(None),
             waker,
             watching: Mutex::new(None),
             no_blpop: AtomicBool::new(false),
             scripts: Scripts::new(),
-            prefix,
+            prefix: target.prefix.clone(),
+            epoch_unstated: AtomicBool::new(false),
             shown,
         })
     }
@@ -180,10 +194,53 @@ impl RedisStore {
 
     /// Run a script (EVALSHA, loading it on NOSCRIPT) and return its answer.
     async fn run(&self, op: &'static str, invocation: &redis::ScriptInvocation<'_>) -> Result<Value> {
+        self.invoke(op, invocation).await?.map_err(|e| error(&self.shown, e))
+    }
+
+    /// `run`, with the server's own error kept for the caller to look at: the outer error is
+    /// one of reaching the server.
+    async fn invoke(
+        &self,
+        op: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<std::result::Result<Value, RedisError>> {
         // One line per request at -vvv: the benchmarks count them.
         tracing::trace!(op, "store request");
-        let mut conn = self.conn.clone();
-        invocation.invoke_async(&mut conn).await.map_err(|e| error(&self.shown, e))
+        let (mut conn, at) = self.link.connection().await?;
+        Ok(invocation.invoke_async(&mut conn).await.inspect_err(|e| self.link.failed(at, e)))
+    }
+
+    /// Run the acquire script. A server whose scripts cannot run INFO cannot state its epoch:
+    /// the script is run again without it, and the store says so once (as a warning).
+    async fn run_acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Value> {
+        loop {
+            let unstated = self.epoch_unstated.load(Ordering::Relaxed);
+            let mut invocation = self.scripts.acquire.prepare_invoke();
+            invocation
+                .key(self.key("lock", lock))
+                .key(self.key("token", lock))
+                .key(format!("{}locks", self.prefix))
+                .key(format!("{}{EPOCH_MARK}", self.prefix))
+                .arg(lock)
+                .arg(identity)
+                .arg(millis(ttl))
+                .arg(self.channel())
+                .arg(if unstated { "1" } else { "0" });
+            match self.invoke("acquire", &invocation).await? {
+                // Another call of this store may have met it first: only one says so.
+                Err(err) if err.code() == Some("NOINFO") && !unstated => {
+                    if !self.epoch_unstated.swap(true, Ordering::Relaxed) {
+                        let why = err.detail().unwrap_or_default().split(" script: ").next().unwrap_or_default();
+                        tracing::warn!(
+                            "Redis store {}: the server does not let scripts run INFO ({why}), so a failover that \
+                             loses leases cannot be noticed; let this user run INFO (+info)",
+                            self.shown
+                        );
+                    }
+                }
+                answer => return answer.map_err(|e| error(&self.shown, e)),
+            }
+        }
     }
 
     /// The record of one lock.
@@ -199,18 +256,23 @@ impl RedisStore {
     }
 
     /// Subscribe on a new RESP3 connection: its messages arrive on a channel, and so does
-    /// the news that the connection was lost.
-    async fn subscribe(&self) -> std::result::Result<Subscription, RedisError> {
-        let info = self.client.get_connection_info().clone();
+    /// the news that the connection was lost. The message of a failure is one line.
+    async fn subscribe(&self) -> std::result::Result<Subscription, String> {
+        let (client, at) = self.link.client().await.map_err(|e| e.message)?;
+        let failed = |err: RedisError| {
+            self.link.failed(at, &err);
+            error(&self.shown, err).message
+        };
+        let info = client.get_connection_info().clone();
         let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-        let client = Client::open(info.set_redis_settings(settings))?;
+        let client = Client::open(info.set_redis_settings(settings)).map_err(failed)?;
         let (sender, messages) = tokio::sync::mpsc::unbounded_channel();
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(TIMEOUT))
             .set_response_timeout(Some(TIMEOUT))
             .set_push_sender(sender);
-        let mut connection = client.get_multiplexed_async_connection_with_config(&config).await?;
-        connection.subscribe(self.channel()).await?;
+        let mut connection = client.get_multiplexed_async_connection_with_config(&config).await.map_err(failed)?;
+        connection.subscribe(self.channel()).await.map_err(failed)?;
         Ok(Subscription { _connection: connection, messages })
     }
 }
@@ -250,7 +312,9 @@ fn transient(err: &RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match err.kind() {
         _ if tls_refused(err) => false,
-        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
+        // No Sentinel names a master that is up: a failover under way (a service the Sentinels
+        // do not know is refused when the store opens, `sentinel.rs`).
+        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound | ErrorKind::MasterNameNotFoundBySentinel => true,
         ErrorKind::Server(
             ServerErrorKind::BusyLoading
             | ServerErrorKind::TryAgain
@@ -328,16 +392,7 @@ fn millis(d: Duration) -> u64 {
 #[async_trait]
 impl Store for RedisStore {
     async fn acquire(&self, lock: &str, identity: &str, ttl: Duration) -> Result<Acquire> {
-        let mut invocation = self.scripts.acquire.prepare_invoke();
-        invocation
-            .key(self.key("lock", lock))
-            .key(self.key("token", lock))
-            .key(format!("{}locks", self.prefix))
-            .arg(lock)
-            .arg(identity)
-            .arg(millis(ttl))
-            .arg(self.channel());
-        let value = self.run("acquire", &invocation).await?;
+        let value = self.run_acquire(lock, identity, ttl).await?;
         let fields = items(&value);
         match fields.first().and_then(int) {
             Some(1) => {
@@ -350,6 +405,15 @@ impl Store for RedisStore {
                 Ok(Acquire::Won(Lease { lock: lock.to_string(), identity: identity.to_string(), token: token as u64 }))
             }
             Some(0) => Ok(Acquire::Held(record(&fields[1..]).ok_or_else(|| self.bad_answer("acquire", &value))?)),
+            // A new primary waits out the leases the old one may have granted (`scripts.rs`).
+            Some(2) => match (fields.get(1).and_then(int), fields.get(2).and_then(int)) {
+                (Some(token), Some(left_ms)) => Ok(Acquire::Held(LockRecord::after_failover(
+                    lock,
+                    token.max(0) as u64,
+                    Duration::from_millis(left_ms.max(0) as u64),
+                ))),
+                _ => Err(self.bad_answer("acquire", &value)),
+            },
             _ => Err(self.bad_answer("acquire", &value)),
         }
     }
@@ -443,7 +507,7 @@ impl Store for RedisStore {
                 }
             }
         }
-        let open = || async { self.subscribe().await.map_err(|err| error(&self.shown, err).message) };
+        let open = || async { self.subscribe().await };
         release_feed::wait_for_release(self, &self.pubsub, open, lock, max_wait, TIMEOUT, POLL).await
     }
 
@@ -461,7 +525,7 @@ impl Store for RedisStore {
         let open = || async {
             // One line per request at -vvv: the benchmarks count them.
             tracing::trace!(op = "watch", "store request");
-            self.subscribe().await.map(Changes).map_err(|err| error(&self.shown, err).message)
+            self.subscribe().await.map(Changes)
         };
         release_feed::observe(&self.watching, open, lock, max_wait, TIMEOUT).await
     }

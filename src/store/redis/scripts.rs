@@ -1,5 +1,11 @@
 //! The Lua scripts, one per store call, so that each call is one atomic step on the server
 //! and every timestamp is the server's (`TIME`).
+//!
+//! The acquire script also keeps the epoch guard (`EPOCH`): a replica that Sentinel (or an
+//! operator) promotes may lack the last leases the old primary granted, so a new primary
+//! grants nothing until every lease of the old one could have ended, and keeps tokens above
+//! the old ones. The guard is read and written in the same script as the grant: no round trip
+//! is added.
 
 use redis::Script;
 
@@ -36,10 +42,92 @@ local function now_ms()
 end
 "#;
 
+/// The epoch guard, for the acquire script (docs/safety.md, "A store's own failover").
+///
+/// The epoch is the `master_replid` of the server running the script: a promotion gives the
+/// promoted replica a new one (and keeps the one it followed as `master_replid2`). The mark,
+/// a hash with no expiry at `{prefix}epoch` (no lock's key can have that name: a lock's are
+/// `{prefix}lock:NAME`, `{prefix}token:NAME` and `{prefix}wake:NAME`), holds the epoch leases
+/// were last granted in, when it began (ms, server clock), the longest lease asked for since,
+/// and whether the epoch began on an empty store (`fresh`).
+///
+/// `guard(mark, locks, ttl, now, unstated)` returns (ms the grace has left, fresh): a grant may
+/// be made when the first is 0.
+///
+/// - A server that does not let the script run INFO (renamed, or not allowed to the user)
+///   cannot state its epoch: the script fails with `NOINFO`, and the store runs it again with
+///   `unstated` '1' (saying so once, `mod.rs`). The epoch is then the constant `unstated`, never
+///   promoted: a mark written while the server did state its epoch starts one grace (it shows
+///   another epoch), and none after that, so a promotion goes unnoticed.
+/// - No mark: on an empty store (no `{prefix}locks` set, which every grant adds its lock to,
+///   and a server that was not promoted since it started) a fresh epoch begins, with no grace;
+///   otherwise (leases of an older leaderrun, a mark lost or never replicated) an epoch begins
+///   with a grace.
+/// - Another epoch in the mark: a grace begins, unless the server was not promoted and has its
+///   append-only file on, which is a restart of the same server with its own data (Redis gives
+///   a restarted server a new replication id too); the epoch is then only renamed, and a grace
+///   under way goes on.
+/// - The same epoch: the grace is over when the epoch is fresh, or once the longest lease asked
+///   for (this one's included) has passed since it began.
+const EPOCH: &str = r#"
+local function epoch_mark(mark_key, epoch, began, longest, fresh)
+  local f = '0'
+  if fresh then f = '1' end
+  redis.call('HSET', mark_key, 'epoch', epoch, 'began_ms', string.format('%d', began),
+    'longest_ms', string.format('%d', longest), 'fresh', f)
+end
+local function guard(mark_key, locks_key, ttl, now, unstated)
+  local epoch, promoted = 'unstated', false
+  if unstated ~= '1' then
+    local replication = redis.pcall('INFO', 'replication')
+    if type(replication) == 'table' then
+      error({err = 'NOINFO ' .. tostring(replication.err)})
+    end
+    epoch = string.match(replication, 'master_replid:(%x+)')
+    if not epoch then
+      error({err = 'NOINFO no master_replid in INFO replication (Redis 4.0 or later has it)'})
+    end
+    local previous = string.match(replication, 'master_replid2:(%x+)')
+    promoted = previous ~= nil and string.match(previous, '^0+$') == nil
+  end
+  local mark = redis.call('HMGET', mark_key, 'epoch', 'began_ms', 'longest_ms', 'fresh')
+  local began, longest = tonumber(mark[2]), tonumber(mark[3])
+  if not (mark[1] and began and longest) then
+    if redis.call('EXISTS', locks_key) == 0 and not promoted then
+      epoch_mark(mark_key, epoch, now, ttl, true)
+      return 0, true
+    end
+    epoch_mark(mark_key, epoch, now, ttl, false)
+    return ttl, false
+  end
+  local fresh = mark[4] == '1'
+  if mark[1] ~= epoch then
+    local persistence = redis.pcall('INFO', 'persistence')
+    local aof = type(persistence) == 'string' and string.match(persistence, 'aof_enabled:(%d)') == '1'
+    if promoted or not aof then
+      longest = math.max(longest, ttl)
+      epoch_mark(mark_key, epoch, now, longest, false)
+      return longest, false
+    end
+    redis.call('HSET', mark_key, 'epoch', epoch)
+  end
+  if ttl > longest then
+    longest = ttl
+    redis.call('HSET', mark_key, 'longest_ms', string.format('%d', longest))
+  end
+  if fresh then
+    return 0, true
+  end
+  return math.max(0, began + longest - now), false
+end
+"#;
+
 /// The scripts, each one atomic step on the server.
 pub(super) struct Scripts {
-    /// KEYS: lock, token, locks set. ARGV: name, identity, ttl_ms, channel.
-    /// Returns {1, token} when won, else {0, record...}.
+    /// KEYS: lock, token, locks set, epoch mark. ARGV: name, identity, ttl_ms, channel, unstated
+    /// ('1': the server's scripts cannot run INFO, see `EPOCH`).
+    /// Returns {1, token} when won, {0, record...} when held, and {2, token, ms left} while a
+    /// new primary waits out the leases of the old one.
     pub(super) acquire: Script,
     /// KEYS: lock, token. ARGV: name, identity, token, ttl_ms. Returns {1} or {0, record...}.
     pub(super) renew: Script,
@@ -59,22 +147,42 @@ impl Scripts {
     pub(super) fn new() -> Self {
         let script = |body: &str| Script::new(&format!("{READ}\n{body}"));
         Self {
-            acquire: script(
+            // The mark is brought up to date first, whatever the lock's state, so that a grace
+            // starts at the first acquire the new primary sees. A lock held on the new primary
+            // is reported as it is (its lease survived the failover); a free one, while the
+            // grace lasts, as held by a lease the failover may have lost.
+            acquire: Script::new(&format!(
+                "{READ}\n{EPOCH}\n{}",
                 r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local left, fresh = guard(KEYS[4], KEYS[3], tonumber(ARGV[3]), now, ARGV[5])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local r = read(KEYS[1], KEYS[2], ARGV[1])
   table.insert(r, 1, 0)
   return r
 end
+if left > 0 then
+  return {2, tonumber(redis.call('GET', KEYS[2]) or '0'), left}
+end
 local token = redis.call('INCR', KEYS[2])
+if not fresh then
+  -- The counter may have gone back with the failover: a token is at least the clock in
+  -- microseconds, far above the tokens of an epoch that began on an empty store.
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if now_us > token then
+    token = now_us
+    redis.call('SET', KEYS[2], string.format('%d', token))
+  end
+end
 redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'token', string.format('%d', token),
-  'acquired_ms', string.format('%d', now_ms()), 'revoked', '0')
+  'acquired_ms', string.format('%d', now), 'revoked', '0')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[1])
 changed(ARGV[4], ARGV[1], 'taken')
 return {1, token}
-"#,
-            ),
+"#
+            )),
             // A lease released with a keep was given up: it is never extended again, so that
             // `revoke` may free it at once (see there).
             renew: script(

@@ -2,17 +2,34 @@
 //! one leaderrun knows or one the redis crate reads; anything else is refused, so that a
 //! misspelt `?cacrt=` cannot silently leave the CA unused, nor a `?db=2` (which the crate
 //! ignores: the database is the path) silently use database 0.
+//!
+//! A Redis whose master Sentinels choose is named by its Sentinels, as redis-py's and
+//! redisvl's `redis+sentinel://` URLs name it (the redis crate has no URL form of its own):
+//! `redis+sentinel://[user:pass@]host1[:26379][,host2[:port]...]/SERVICE[/DB][?params]`, and
+//! `rediss+sentinel://` for TLS to the Sentinels and the servers alike. The user and password
+//! are the servers'; Sentinels that ask for their own take `?sentinel-user=` and
+//! `?sentinel-password=` (percent-encoded).
 
-use redis::{Client, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisError};
+use redis::{Client, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisError, TlsCertificates};
 
 use super::{describe, DEFAULT_PREFIX};
-use crate::store::url::{redact, switch, TlsFiles};
+use crate::store::url::{parse_cluster_url, percent_decode, redact, switch, TlsFiles};
 use crate::store::{Result, StoreError};
 
 /// The parameters a Redis URL takes, for the message that refuses any other.
 const KNOWN: &str = "prefix, allow-eviction, cacert, cert, key, protocol";
 
-/// A `redis://` or `rediss://` URL, parsed once while the command line is checked.
+/// The parameters a Sentinel URL takes besides those.
+const KNOWN_SENTINEL: &str = "sentinel-user, sentinel-password";
+
+/// The schemes of a URL that names Sentinels, and whether each is TLS.
+const SENTINEL_SCHEMES: [(&str, bool); 2] = [("redis+sentinel", false), ("rediss+sentinel", true)];
+
+/// A Sentinel's port when the URL gives none.
+const SENTINEL_PORT: u16 = 26379;
+
+/// A `redis://` or `rediss://` URL, or a `redis+sentinel://` one, parsed once while the
+/// command line is checked.
 ///
 /// Deliberately without Debug: `connection` holds the password.
 #[derive(Clone)]
@@ -20,8 +37,11 @@ pub struct Target {
     /// The URL without its password, for messages.
     pub shown: String,
     /// Host, port, TLS or not, user, password, database and protocol, as the redis crate
-    /// takes them (boxed: it is large, and `StoreSpec` holds one target of any store).
-    connection: Box<ConnectionInfo>,
+    /// takes them (boxed: it is large, and `StoreSpec` holds one target of any store). Behind
+    /// Sentinels, all but the address (the first Sentinel's, unused) are the master's.
+    pub(super) connection: Box<ConnectionInfo>,
+    /// The Sentinels that name the master, when the URL names Sentinels.
+    pub(super) sentinels: Option<Box<Sentinels>>,
     /// `prefix=`: the start of every key leaderrun writes (default `leaderrun:`).
     pub(super) prefix: String,
     /// `cacert=`: trust this CA (PEM) instead of the system's; `cert=` and `key=`: a client
@@ -29,6 +49,20 @@ pub struct Target {
     tls: TlsFiles,
     /// `allow-eviction=1`: open even a server that may evict keys (see `eviction.rs`).
     pub(super) allow_eviction: bool,
+}
+
+/// What a `redis+sentinel://` URL says besides the master's settings.
+///
+/// Deliberately without Debug: it holds the Sentinels' password.
+#[derive(Clone)]
+pub(super) struct Sentinels {
+    /// Each Sentinel's host (an IPv6 address without its brackets) and port.
+    pub(super) hosts: Vec<(String, u16)>,
+    /// The name the Sentinels monitor the master by (`sentinel monitor NAME ...`).
+    pub(super) service: String,
+    /// `sentinel-user=` and `sentinel-password=`: the Sentinels' own credentials, if they ask.
+    pub(super) user: Option<String>,
+    pub(super) password: Option<String>,
 }
 
 impl Target {
@@ -50,9 +84,17 @@ impl Target {
             Some(_) => return Err("a Redis URL takes no #fragment (a '#' in a password is written %23)".into()),
         }
         let (base, query) = url_part.split_once('?').unwrap_or((url_part, ""));
+        let (connection, sentinels) = match sentinel_scheme(base) {
+            Some((tls, rest)) => {
+                let (connection, sentinels) = sentinel_parts(tls, rest)?;
+                (connection, Some(Box::new(sentinels)))
+            }
+            None => (connection_info(base)?, None),
+        };
         let mut target = Self {
             shown: redact(url),
-            connection: Box::new(connection_info(base)?),
+            connection: Box::new(connection),
+            sentinels,
             prefix: DEFAULT_PREFIX.to_string(),
             tls: TlsFiles::default(),
             allow_eviction: false,
@@ -71,6 +113,21 @@ impl Target {
                     let settings = target.connection.redis_settings().clone().set_protocol(protocol(value)?);
                     target.connection = Box::new(target.connection.set_redis_settings(settings));
                 }
+                "sentinel-user" | "sentinel-password" if target.sentinels.is_some() => {
+                    let value = (!value.is_empty()).then(|| percent_decode(value));
+                    if let Some(sentinels) = target.sentinels.as_mut() {
+                        match key {
+                            "sentinel-user" => sentinels.user = value,
+                            _ => sentinels.password = value,
+                        }
+                    }
+                }
+                "db" if target.sentinels.is_some() => {
+                    return Err(format!(
+                        "unknown parameter ?db= (known: {KNOWN}, {KNOWN_SENTINEL}); the database number follows \
+                         the service: redis+sentinel://host:26379/SERVICE/N"
+                    ))
+                }
                 "db" => {
                     return Err(format!(
                         "unknown parameter ?db= (known: {KNOWN}); the database number is the path: redis://host:6379/N"
@@ -81,22 +138,38 @@ impl Target {
                         return Err(format!("?{key}= names no file"));
                     }
                 }
+                _ if target.sentinels.is_some() => {
+                    return Err(format!("unknown parameter ?{key}= (known: {KNOWN}, {KNOWN_SENTINEL})"))
+                }
                 _ => return Err(format!("unknown parameter ?{key}= (known: {KNOWN})")),
             }
         }
-        let tls = matches!(target.connection.addr(), redis::ConnectionAddr::TcpTls { .. });
-        target.tls.check(tls, "a rediss:// URL")?;
+        let how = if target.sentinels.is_some() { "a rediss+sentinel:// URL" } else { "a rediss:// URL" };
+        target.tls.check(target.is_tls(), how)?;
         Ok(target)
+    }
+
+    /// Whether the URL asks for TLS (`rediss://`, `rediss+sentinel://`).
+    pub(super) fn is_tls(&self) -> bool {
+        matches!(self.connection.addr(), redis::ConnectionAddr::TcpTls { .. })
     }
 
     /// The redis crate's client for this target: with the CA and client certificate of the
     /// URL when it names them (the files are read now, not while parsing).
     pub(super) fn client(&self) -> Result<Client> {
-        let refused = |why: String| StoreError::refused(format!("Redis store {}: {why}", self.shown));
-        let invalid = |e: RedisError| refused(format!("invalid URL: {}", describe(&e)));
+        let invalid = |e: RedisError| self.invalid(e);
+        match self.certificates()? {
+            None => Client::open(*self.connection.clone()).map_err(invalid),
+            Some(certificates) => Client::build_with_tls(*self.connection.clone(), certificates).map_err(invalid),
+        }
+    }
+
+    /// The CA and client certificate the URL names, if it names any: read now, not while
+    /// parsing.
+    pub(super) fn certificates(&self) -> Result<Option<TlsCertificates>> {
         let files = &self.tls;
         if *files == TlsFiles::default() {
-            return Client::open(*self.connection.clone()).map_err(invalid);
+            return Ok(None);
         }
         let read = |param: &str, path: &Option<String>| {
             crate::store::read_url_file("Redis", &self.shown, param, path.as_deref())
@@ -108,9 +181,51 @@ impl Target {
             (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig { client_cert, client_key }),
             _ => None,
         };
-        Client::build_with_tls(*self.connection.clone(), redis::TlsCertificates { client_tls, root_cert })
-            .map_err(invalid)
+        Ok(Some(TlsCertificates { client_tls, root_cert }))
     }
+
+    /// A client the redis crate refused to build, in one line.
+    pub(super) fn invalid(&self, e: RedisError) -> StoreError {
+        StoreError::refused(format!("Redis store {}: invalid URL: {}", self.shown, describe(&e)))
+    }
+}
+
+/// Whether the URL names Sentinels (any case), and then whether with TLS, and the rest after
+/// `://`.
+fn sentinel_scheme(base: &str) -> Option<(bool, &str)> {
+    let (scheme, rest) = base.split_once("://")?;
+    SENTINEL_SCHEMES.iter().find(|(name, _)| scheme.eq_ignore_ascii_case(name)).map(|(_, tls)| (*tls, rest))
+}
+
+/// The parts of a Sentinel URL after `scheme://`, without its query: the master's settings
+/// (from the user, password and database, as the redis crate parses them) and the Sentinels.
+fn sentinel_parts(tls: bool, rest: &str) -> std::result::Result<(ConnectionInfo, Sentinels), String> {
+    const SHAPE: &str = "redis+sentinel://[user:pass@]host:26379[,host2:26379...]/SERVICE[/DB]";
+    let url = parse_cluster_url(rest, SENTINEL_PORT)?;
+    let (service, db) = url.path.split_once('/').unwrap_or((url.path.as_str(), ""));
+    if service.is_empty() {
+        return Err(format!("names no service (the name the Sentinels know the master by): {SHAPE}"));
+    }
+    if !db.is_empty() && db.parse::<u32>().is_err() {
+        return Err(format!("after the service comes the database number, 0 or more: {SHAPE}"));
+    }
+    let hosts = url
+        .hosts
+        .iter()
+        .map(|host| {
+            // parse_cluster_url gave every host a valid port.
+            let (name, port) = host.rsplit_once(':').unwrap_or((host, ""));
+            let name = name.trim_start_matches('[').trim_end_matches(']').to_string();
+            port.parse::<u16>().map(|port| (name, port)).map_err(|_| format!("{host:?} is not host:port"))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    // The user and password as written (still percent-encoded), for the crate's own parser,
+    // which decodes and checks them as it does for redis://.
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let userinfo = authority.rsplit_once('@').map(|(userinfo, _)| format!("{userinfo}@")).unwrap_or_default();
+    let scheme = if tls { "rediss" } else { "redis" };
+    let connection = connection_info(&format!("{scheme}://{userinfo}{}/{db}", url.hosts[0]))?;
+    Ok((connection, Sentinels { hosts, service: service.to_string(), user: None, password: None }))
 }
 
 /// Where to connect, from the URL without its query and fragment: the redis crate's own
@@ -211,5 +326,55 @@ mod tests {
         refused("redis://:hunter2@h:99999/0", "not a valid Redis URL");
         refused("redis://:hunter2@/0", "not a valid Redis URL");
         refused("redis://:hunter2%ff@h/0", "not valid UTF-8");
+    }
+
+    #[test]
+    fn a_sentinel_url_names_the_sentinels_the_service_and_the_masters_settings() {
+        let target =
+            parse("redis+sentinel://u:p%40ss@s1,s2:26380,[::1]:7/mymaster/2?prefix=x:&sentinel-password=s%26p")
+                .unwrap();
+        let sentinels = target.sentinels.as_deref().unwrap();
+        let hosts: Vec<(&str, u16)> = sentinels.hosts.iter().map(|(h, p)| (h.as_str(), *p)).collect();
+        assert_eq!(hosts, [("s1", 26379), ("s2", 26380), ("::1", 7)]);
+        assert_eq!(sentinels.service, "mymaster");
+        assert_eq!((sentinels.user.as_deref(), sentinels.password.as_deref()), (None, Some("s&p")));
+        let server = target.connection.redis_settings();
+        assert_eq!((server.username(), server.password(), server.db()), (Some("u"), Some("p@ss"), 2));
+        assert_eq!(target.prefix, "x:");
+        assert!(!target.is_tls());
+        assert_eq!(
+            target.shown,
+            "redis+sentinel://u:***@s1,s2:26380,[::1]:7/mymaster/2?prefix=x:&sentinel-password=***"
+        );
+
+        let target = parse("REDISS+SENTINEL://h/svc?sentinel-user=sen&protocol=resp3&cacert=/ca.pem").unwrap();
+        assert!(target.is_tls());
+        let sentinels = target.sentinels.as_deref().unwrap();
+        assert_eq!((sentinels.service.as_str(), sentinels.user.as_deref()), ("svc", Some("sen")));
+        assert_eq!(target.connection.redis_settings().db(), 0);
+        assert_eq!(target.connection.redis_settings().protocol(), ProtocolVersion::RESP3);
+        assert!(parse("redis://h").unwrap().sentinels.is_none());
+    }
+
+    #[test]
+    fn a_bad_sentinel_url_is_refused_in_one_line_without_a_password() {
+        let refused = |url: &str, needle: &str| {
+            let err = parse(url).err().unwrap_or_else(|| panic!("{url} was accepted"));
+            assert!(err.contains(needle), "{needle:?} missing from {err:?}");
+            assert!(!err.contains("hunter2") && !err.contains('\n'), "{err:?}");
+        };
+        let known = "(known: prefix, allow-eviction, cacert, cert, key, protocol, sentinel-user, sentinel-password)";
+        refused("redis+sentinel://:hunter2@h:26379", "names no service");
+        refused("redis+sentinel://:hunter2@h:26379/", "names no service");
+        refused("redis+sentinel://:hunter2@h/svc/x", "after the service comes the database number");
+        refused("redis+sentinel://:hunter2@h/svc/0/1", "after the service comes the database number");
+        refused("redis+sentinel://:hunter2@h/svc?bogus=1", &format!("unknown parameter ?bogus= {known}"));
+        refused("redis+sentinel://:hunter2@h/svc?db=1", "the database number follows the service");
+        refused("redis+sentinel://:hunter2@h/svc?cacert=/ca.pem", "need TLS (a rediss+sentinel:// URL)");
+        refused("redis+sentinel://:hunter2@h:0/svc", "not host:port");
+        refused("redis+sentinel://:hunter2@h,,g/svc", "names no host");
+        refused("redis+sentinel://:hunt/er2@h/svc", "must write them %2F");
+        refused("redis+sentinel://:hunter2@h/svc?sentinel-password=a&sentinel-password=b", "given twice");
+        refused("redis://:hunter2@h?sentinel-password=x", "unknown parameter ?sentinel-password= (known: prefix,");
     }
 }

@@ -22,11 +22,14 @@
 //! from before this list; and a waiter whose user may not run BLPOP (an ACL without
 //! `+blpop`) subscribes there instead, as they do.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError};
+use redis::{AsyncConnectionConfig, RedisError};
 use tokio::task::JoinHandle;
+
+use super::link::Link;
 
 /// How long a pushed element waits in the list for a waiter to block (in ms, for the script).
 /// Far longer than a waiter spends between two waits; short enough that an element left by
@@ -46,7 +49,7 @@ type Blocked = JoinHandle<(Result<(), RedisError>, MultiplexedConnection)>;
 /// standby sends nothing however often its elector waits, and keeps its place in the line.
 /// It is sent again only after it has handed this waiter a turn, by the next wait.
 pub struct Waker {
-    client: Client,
+    link: Arc<Link>,
     state: tokio::sync::Mutex<State>,
 }
 
@@ -61,17 +64,19 @@ pub enum Woke {
     Busy,
 }
 
+/// Each connection is kept with the master it reaches (`Link::generation`): behind Sentinels,
+/// one to a master that was replaced is dropped, and the next wait blocks on the new one.
 #[derive(Default)]
 struct State {
-    /// The BLPOP under way, if any, and the key it blocks on.
-    blocked: Option<(Blocked, String)>,
-    /// The connection of the last BLPOP that answered, for the next.
-    idle: Option<MultiplexedConnection>,
+    /// The BLPOP under way, if any, the key it blocks on, and its master.
+    blocked: Option<(Blocked, String, u64)>,
+    /// The connection of the last BLPOP that answered, for the next, and its master.
+    idle: Option<(MultiplexedConnection, u64)>,
 }
 
 impl Waker {
-    pub fn new(client: Client) -> Self {
-        Self { client, state: tokio::sync::Mutex::default() }
+    pub fn new(link: Arc<Link>) -> Self {
+        Self { link, state: tokio::sync::Mutex::default() }
     }
 
     /// Wait until a release hands this waiter its turn or `max_wait` passes. A turn that came
@@ -80,29 +85,35 @@ impl Waker {
         let Ok(mut state) = self.state.try_lock() else {
             return Ok(Woke::Busy);
         };
-        if state.blocked.as_ref().is_some_and(|(_, blocked_on)| blocked_on != key) {
-            if let Some((blocked, _)) = state.blocked.take() {
+        let master = self.link.generation();
+        if state.blocked.as_ref().is_some_and(|(_, blocked_on, at)| blocked_on != key || *at != master) {
+            if let Some((blocked, _, _)) = state.blocked.take() {
                 blocked.abort();
             }
         }
+        if state.idle.as_ref().is_some_and(|(_, at)| *at != master) {
+            state.idle = None;
+        }
         if state.blocked.is_none() {
-            let connection = match state.idle.take() {
-                Some(connection) => connection,
+            let (connection, at) = match state.idle.take() {
+                Some(idle) => idle,
                 None => self.connect().await?,
             };
             // One line per request at -vvv: the benchmarks count them.
             tracing::trace!(op = "wait", "store request");
-            state.blocked = Some((tokio::spawn(blpop(connection, key.to_string())), key.to_string()));
+            state.blocked = Some((tokio::spawn(blpop(connection, key.to_string())), key.to_string(), at));
         }
-        let Some((blocked, _)) = state.blocked.as_mut() else { unreachable!("just set") };
+        let Some((blocked, _, at)) = state.blocked.as_mut() else { unreachable!("just set") };
+        let at = *at;
         // Polling the handle does not cancel the task: at the bound, the BLPOP stays blocked.
         let Ok(answer) = tokio::time::timeout(max_wait, blocked).await else {
             return Ok(Woke::Bound);
         };
         state.blocked = None;
         let (answer, connection) = answer.map_err(|e| RedisError::from(std::io::Error::other(e.to_string())))?;
-        if answer.is_ok() {
-            state.idle = Some(connection);
+        match &answer {
+            Ok(()) => state.idle = Some((connection, at)),
+            Err(err) => self.link.failed(at, err),
         }
         answer.map(|_| Woke::Turn)
     }
@@ -111,7 +122,7 @@ impl Waker {
     /// takes this waiter out of the line without a turn (Redis hands a closed client nothing).
     pub fn close(&self) {
         if let Ok(mut state) = self.state.try_lock() {
-            if let Some((blocked, _)) = state.blocked.take() {
+            if let Some((blocked, _, _)) = state.blocked.take() {
                 blocked.abort();
             }
             state.idle = None;
@@ -122,17 +133,22 @@ impl Waker {
     /// next release's element, a turn that nobody takes then.
     pub fn leave(&self, key: &str) {
         let blocked_here =
-            self.state.try_lock().is_ok_and(|state| state.blocked.as_ref().is_some_and(|(_, on)| on == key));
+            self.state.try_lock().is_ok_and(|state| state.blocked.as_ref().is_some_and(|(_, on, _)| on == key));
         if blocked_here {
             self.close();
         }
     }
 
-    /// A connection with no answer timeout (a BLPOP answers only when woken).
-    async fn connect(&self) -> Result<MultiplexedConnection, RedisError> {
+    /// A connection with no answer timeout (a BLPOP answers only when woken), and its master.
+    /// A master that cannot be found is an I/O error: a retry may find it.
+    async fn connect(&self) -> Result<(MultiplexedConnection, u64), RedisError> {
+        let (client, at) = self.link.client().await.map_err(|e| RedisError::from(std::io::Error::other(e.message)))?;
         let config =
             AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT)).set_response_timeout(None);
-        self.client.get_multiplexed_async_connection_with_config(&config).await
+        let connection = client.get_multiplexed_async_connection_with_config(&config).await.inspect_err(|err| {
+            self.link.failed(at, err);
+        })?;
+        Ok((connection, at))
     }
 }
 
