@@ -40,7 +40,9 @@ clients' own (PGPASSWORD, AWS_*, KUBECONFIG, ...) included.";
 
 /// The safety contract, in paragraphs.
 pub const SAFETY_CONTRACT: &[&str] = &[
-    "Assuming the store's compare-and-set is linearizable and never rolls back a write it acknowledged, \
+    "Assuming the store's compare-and-set is linearizable and never rolls back a write it acknowledged (a \
+PostgreSQL, MySQL or Redis replica promoted without the last writes is covered: nothing is granted after \
+the failover until every lease of the old primary could have ended), \
 every machine's elapsed-time clock runs within 1% of real time, leaderrun is not frozen together \
 with its child for longer than the margin (a VM pause freezes both: only the fencing token covers \
 that), and, for stores that judge expiry on their servers' wall clocks (PostgreSQL, MySQL, Redis, \

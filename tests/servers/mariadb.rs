@@ -173,14 +173,7 @@ impl Mariadb {
     }
 
     fn ping(&self) -> bool {
-        Command::new("mariadb-admin")
-            .arg("--no-defaults")
-            .arg(format!("--socket={}", self.file("sock").display()))
-            .args(["-uroot", "--connect-timeout=2", "ping"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+        ping(&self.file("sock"))
     }
 
     fn data(&self) -> PathBuf {
@@ -246,4 +239,16 @@ fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()));
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Whether the server on this Unix socket answers `mariadb-admin ping` as root.
+pub fn ping(socket: &Path) -> bool {
+    Command::new("mariadb-admin")
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", socket.display()))
+        .args(["-uroot", "--connect-timeout=2", "ping"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }

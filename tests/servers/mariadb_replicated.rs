@@ -375,14 +375,7 @@ impl Server {
     }
 
     fn ping(&self) -> bool {
-        Command::new("mariadb-admin")
-            .arg("--no-defaults")
-            .arg(format!("--socket={}", self.file("sock").display()))
-            .args(["-uroot", "--connect-timeout=2", "ping"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+        super::mariadb::ping(&self.file("sock"))
     }
 
     /// SIGKILL, as a crash: the server neither flushes nor says goodbye.

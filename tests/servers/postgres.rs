@@ -146,16 +146,7 @@ impl Postgres {
     }
 
     fn tool_output(&self, program: &str, args: &[&str]) -> Output {
-        let path = Path::new(BIN).join(program);
-        let mut cmd = Command::new(&path);
-        // A clean environment: no PGHOST, PGPORT, ... of whoever runs the tests.
-        cmd.args(args).env_clear().env("PATH", "/usr/bin:/bin").env("LC_ALL", "C").env("HOME", self.dir.path());
-        cmd.current_dir(self.dir.path());
-        if let Some((uid, gid)) = self.owner {
-            use std::os::unix::process::CommandExt;
-            cmd.uid(uid).gid(gid);
-        }
-        cmd.output().unwrap_or_else(|e| panic!("cannot run {} (is PostgreSQL 15 installed?): {e}", path.display()))
+        run_tool(self.dir.path(), self.owner, program, args)
     }
 }
 
@@ -220,4 +211,18 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout).trim(),
         String::from_utf8_lossy(&out.stderr).trim()
     )
+}
+
+/// Run one of PostgreSQL's programs in `dir`, as `owner` (uid, gid) if given (initdb refuses
+/// root), in a clean environment: no PGHOST, PGPORT, ... of whoever runs the tests.
+pub fn run_tool(dir: &Path, owner: Option<(u32, u32)>, program: &str, args: &[&str]) -> Output {
+    let path = Path::new(BIN).join(program);
+    let mut cmd = Command::new(&path);
+    cmd.args(args).env_clear().env("PATH", "/usr/bin:/bin").env("LC_ALL", "C").env("HOME", dir);
+    cmd.current_dir(dir);
+    if let Some((uid, gid)) = owner {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {} (is PostgreSQL 15 installed?): {e}", path.display()))
 }

@@ -12,15 +12,15 @@
 //! Every node lives in one temporary directory (its data in `nodeN/`, its socket and log
 //! beside it) and runs as `postgres` when the tests run as root, as `postgres.rs` does.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::postgres::{BIN, DATABASE, USER};
-use super::replicated::{Endpoint, Replicated};
+use super::postgres::{run_tool, DATABASE, USER};
+use super::replicated::{pipe, Endpoint, Replicated};
 
 /// Generous bound for what should happen soon (a standby streaming, a promotion).
 const SOON: Duration = Duration::from_secs(60);
@@ -195,16 +195,7 @@ impl PostgresReplicated {
     }
 
     fn tool_output(&self, program: &str, args: &[&str]) -> Output {
-        let path = Path::new(BIN).join(program);
-        let mut cmd = Command::new(&path);
-        // A clean environment: no PGHOST, PGPORT, ... of whoever runs the tests.
-        cmd.args(args).env_clear().env("PATH", "/usr/bin:/bin").env("LC_ALL", "C").env("HOME", self.dir.path());
-        cmd.current_dir(self.dir.path());
-        if let Some((uid, gid)) = self.owner {
-            use std::os::unix::process::CommandExt;
-            cmd.uid(uid).gid(gid);
-        }
-        cmd.output().unwrap_or_else(|e| panic!("cannot run {} (is PostgreSQL 15 installed?): {e}", path.display()))
+        run_tool(self.dir.path(), self.owner, program, args)
     }
 
     /// Whether the primary has a standby streaming (and, if synchronous, acknowledging).
@@ -384,25 +375,6 @@ impl Link {
         self.state.lock().unwrap().closed = true;
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
-}
-
-/// Copy one direction until either side closes, then close both.
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 64 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = from.shutdown(Shutdown::Both);
-        let _ = to.shutdown(Shutdown::Both);
-    });
 }
 
 /// A program's outcome, for a panic message.

@@ -101,13 +101,6 @@ impl Redis {
     pub fn command(&self, args: &[&str]) -> std::io::Result<String> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port()))?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let encode = |args: &[&str]| {
-            let mut out = format!("*{}\r\n", args.len());
-            for arg in args {
-                out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-            }
-            out
-        };
         stream.write_all(format!("{}{}", encode(&["AUTH", &self.password]), encode(args)).as_bytes())?;
         let mut reply = String::new();
         let mut buf = [0u8; 4096];
@@ -214,4 +207,13 @@ impl TlsServer for Redis {
     fn tls_url(&self) -> String {
         Redis::tls_url(self)
     }
+}
+
+/// One command in the Redis protocol (RESP): an array of bulk strings.
+pub fn encode(args: &[&str]) -> String {
+    let mut out = format!("*{}\r\n", args.len());
+    for arg in args {
+        out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    out
 }

@@ -470,15 +470,9 @@ impl Reply {
 
 /// Send one command to 127.0.0.1:`port` (after AUTH, with a password) and read its reply.
 pub fn command(port: u16, password: Option<&str>, args: &[&str]) -> std::io::Result<Reply> {
+    use super::redis::encode;
     let mut stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let encode = |args: &[&str]| {
-        let mut out = format!("*{}\r\n", args.len());
-        for arg in args {
-            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        out
-    };
     let mut request = String::new();
     if let Some(password) = password {
         request.push_str(&encode(&["AUTH", password]));

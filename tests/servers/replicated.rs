@@ -96,7 +96,7 @@ impl Endpoint {
 }
 
 /// Copy one direction until either side closes, then close both.
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+pub fn pipe(mut from: TcpStream, mut to: TcpStream) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {

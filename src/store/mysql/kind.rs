@@ -15,7 +15,9 @@ pub const KIND: StoreKind = StoreKind {
     help: "Also mariadb://. A conditional UPDATE whose affected-row count decides, on the server's UTC_TIMESTAMP(6); \
            the holder keeps a user-level lock (GET_LOCK) that waiters block on, one connection each, and a second \
            one for the waiter that ends the session of a waiter frozen at its turn (a hint only: a lease is still \
-           taken over at its expiry). The same caveats about the server's clock and asynchronous replicas apply. \
+           taken over at its expiry). The server's clock must be slewed, never stepped. After a failover (another \
+           @@server_id) nothing is granted until the longest lease asked for has passed, and tokens jump above the \
+           old ones; writes must go to one server (not multi-primary) and the binlog format be ROW or MIXED. \
            URL parameters other than table=, ssl-mode, ssl-ca, ssl-cert, ssl-key and socket are refused.",
     parse: |url| Target::parse(url).map(|target| Box::new(target) as Box<dyn StoreSpec>),
 };

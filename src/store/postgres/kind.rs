@@ -17,8 +17,9 @@ pub const KIND: StoreKind = StoreKind {
            server's clock_timestamp(), so the server's clock must be slewed, never stepped. A release wakes the waiter \
            that has waited longest through LISTEN/NOTIFY; if it does not act (frozen, or its host \
            gone), the others try after a stagger of at most 300 ms. A transaction-pooling proxy does not pass LISTEN/NOTIFY: waiters then re-read when the lease \
-           they saw would expire. No advisory locks. An asynchronous replica promoted after a failover may have lost the latest \
-           acquisition or renewal: use synchronous replication for leases that matter. URL parameters other than \
+           they saw would expire. No advisory locks. After a failover to a standby (a new timeline) nothing is granted until the longest \
+           lease asked for has passed, and tokens jump above the old ones: an asynchronous standby that lost the \
+           latest acquisition shares no lease; its holder loses it. URL parameters other than \
            table= and libpq's sslmode, sslrootcert, sslcert, sslkey, options, application_name (and the like) are \
            refused.",
     parse: |url| Target::parse(url).map(|target| Box::new(target) as Box<dyn StoreSpec>),
