@@ -18,8 +18,10 @@ use leaderrun::store::{registry, Access, Acquire, Lease, Renew, Store, StoreErro
 
 use crate::servers::replicated::Replicated;
 
-/// The lease the suite asks for: the store's grace after a failover is at least this long.
-pub const TTL: Duration = Duration::from_secs(4);
+/// The lease the suite asks for: the store's grace after a failover is at least this long. A
+/// lease the replica had must outlast a failover (Sentinel's election takes 1.6–2.9 s here, more
+/// on a loaded machine) and the reconnection after it.
+pub const TTL: Duration = Duration::from_secs(6);
 
 /// Generous bound for what should happen soon (a reconnection, a promotion).
 pub const SOON: Duration = Duration::from_secs(60);
