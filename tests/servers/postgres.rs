@@ -32,15 +32,7 @@ impl Postgres {
     /// Create, start and set up a server; panics with the reason if it cannot.
     pub fn start() -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-pg-").tempdir().expect("create a temp dir");
-        let owner = nix::unistd::geteuid().is_root().then(|| {
-            let user = nix::unistd::User::from_name("postgres")
-                .ok()
-                .flatten()
-                .expect("the tests run as root, so PostgreSQL must run as the user `postgres`, which does not exist");
-            nix::unistd::chown(dir.path(), Some(user.uid), Some(user.gid)).expect("chown the temp dir to postgres");
-            (user.uid.as_raw(), user.gid.as_raw())
-        });
-        let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let (owner, password) = owner_and_password(dir.path());
         let pg = Self { dir, port: AtomicU16::new(0), password, owner };
         let data = pg.data();
         pg.tool(
@@ -225,4 +217,18 @@ pub fn run_tool(dir: &Path, owner: Option<(u32, u32)>, program: &str, args: &[&s
         cmd.uid(uid).gid(gid);
     }
     cmd.output().unwrap_or_else(|e| panic!("cannot run {} (is PostgreSQL 15 installed?): {e}", path.display()))
+}
+
+/// Who runs PostgreSQL in `dir` (as root: the user `postgres`, which then owns `dir`; initdb
+/// refuses root), and a fresh password for the tests' role.
+pub fn owner_and_password(dir: &Path) -> (Option<(u32, u32)>, String) {
+    let owner = nix::unistd::geteuid().is_root().then(|| {
+        let user = nix::unistd::User::from_name("postgres")
+            .ok()
+            .flatten()
+            .expect("the tests run as root, so PostgreSQL must run as the user `postgres`, which does not exist");
+        nix::unistd::chown(dir, Some(user.uid), Some(user.gid)).expect("chown the temp dir to postgres");
+        (user.uid.as_raw(), user.gid.as_raw())
+    });
+    (owner, format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff))
 }

@@ -19,7 +19,7 @@ use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::postgres::{run_tool, DATABASE, USER};
+use super::postgres::{owner_and_password, run_tool, DATABASE, USER};
 use super::replicated::{pipe, Endpoint, Replicated};
 
 /// Generous bound for what should happen soon (a standby streaming, a promotion).
@@ -58,15 +58,7 @@ impl PostgresReplicated {
     /// A primary with the role and database the tests use, and a standby streaming from it.
     pub fn start(synchronous: bool) -> Self {
         let dir = tempfile::Builder::new().prefix("leaderrun-pgr-").tempdir().expect("create a temp dir");
-        let owner = nix::unistd::geteuid().is_root().then(|| {
-            let user = nix::unistd::User::from_name("postgres")
-                .ok()
-                .flatten()
-                .expect("the tests run as root, so PostgreSQL must run as the user `postgres`, which does not exist");
-            nix::unistd::chown(dir.path(), Some(user.uid), Some(user.gid)).expect("chown the temp dir to postgres");
-            (user.uid.as_raw(), user.gid.as_raw())
-        });
-        let password = format!("Sekr1t-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let (owner, password) = owner_and_password(dir.path());
         let primary = Node { data: dir.path().join("node0"), port: 0 };
         let set = PostgresReplicated {
             endpoint: Endpoint::start(0),
