@@ -76,21 +76,8 @@ impl Mariadb {
         let mut server = self.server.lock().unwrap();
         assert!(server.is_none(), "the MariaDB server is already running");
         let _ = std::fs::remove_file(self.file("err"));
-        let child = Command::new("mariadbd")
-            .arg("--no-defaults") // must come first
-            .arg(format!("--datadir={}", self.data().display()))
-            // A tmpdir of its own: a starting server deletes the `#sql*` files it finds in
-            // its tmpdir, which in a shared /tmp are other servers' temporary tables.
-            .arg(format!("--tmpdir={}", self.file("tmp").display()))
-            .arg(format!("--user={}", user()))
-            .arg(format!("--port={}", self.port))
-            .arg("--bind-address=127.0.0.1")
-            .arg(format!("--socket={}", self.file("sock").display()))
-            .arg(format!("--pid-file={}", self.file("pid").display()))
-            .arg(format!("--log-error={}", self.file("err").display()))
+        let child = mariadbd(self.dir.path(), self.port)
             .arg("--skip-log-bin")
-            // Accounts match 127.0.0.1 as written, not a name looked up for it.
-            .arg("--skip-name-resolve")
             // Small, and quick on this shared machine: the tests stop it cleanly (SIGTERM),
             // so a commit need not wait for an fsync to survive a restart.
             .args(["--innodb-buffer-pool-size=32M", "--innodb-flush-log-at-trx-commit=2", "--max-connections=1000"])
@@ -229,8 +216,30 @@ impl Drop for Mariadb {
     }
 }
 
+/// `mariadbd` on the files of `dir` (data, tmp, sock, pid, err), listening on 127.0.0.1:`port`,
+/// with what every test server needs; the caller adds its own options and starts it.
+pub fn mariadbd(dir: &Path, port: u16) -> Command {
+    let file = |name: &str| dir.join(name).display().to_string();
+    let mut command = Command::new("mariadbd");
+    command
+        .arg("--no-defaults") // must come first
+        .arg(format!("--datadir={}", file("data")))
+        // A tmpdir of its own: a starting server deletes the `#sql*` files it finds in
+        // its tmpdir, which in a shared /tmp are other servers' temporary tables.
+        .arg(format!("--tmpdir={}", file("tmp")))
+        .arg(format!("--user={}", user()))
+        .arg(format!("--port={port}"))
+        .arg("--bind-address=127.0.0.1")
+        .arg(format!("--socket={}", file("sock")))
+        .arg(format!("--pid-file={}", file("pid")))
+        .arg(format!("--log-error={}", file("err")))
+        // Accounts match 127.0.0.1 as written, not a name looked up for it.
+        .arg("--skip-name-resolve");
+    command
+}
+
 /// The user mariadbd runs as: this one (root in CI, which needs saying explicitly).
-fn user() -> String {
+pub fn user() -> String {
     let uid = nix::unistd::geteuid();
     nix::unistd::User::from_uid(uid).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::mariadb::{mariadbd, user};
 use super::replicated::{Endpoint, Replicated};
 
 /// Longest a server start, a catch-up or a promotion may take (generous: the machine is shared).
@@ -248,18 +249,8 @@ impl Server {
         let copied = Command::new("cp").arg("-a").arg(root.join("template")).arg(dir.join("data")).status();
         assert!(copied.is_ok_and(|s| s.success()), "cannot copy the installed data directory");
         let mut server = Server { id, dir, port: super::free_port(), child: None };
-        let mut command = Command::new("mariadbd");
+        let mut command = mariadbd(&server.dir, server.port);
         command
-            .arg("--no-defaults") // must come first
-            .arg(format!("--datadir={}", server.file("data").display()))
-            .arg(format!("--tmpdir={}", server.file("tmp").display()))
-            .arg(format!("--user={}", user()))
-            .arg(format!("--port={}", server.port))
-            .arg("--bind-address=127.0.0.1")
-            .arg(format!("--socket={}", server.file("sock").display()))
-            .arg(format!("--pid-file={}", server.file("pid").display()))
-            .arg(format!("--log-error={}", server.file("err").display()))
-            .arg("--skip-name-resolve")
             .arg(format!("--server-id={id}"))
             .arg(format!("--log-bin={}", server.file("binlog").display()))
             .arg(format!("--relay-log={}", server.file("relay").display()))
@@ -435,10 +426,4 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         assert!(started.elapsed() < PATIENCE, "waited {PATIENCE:?} for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The user mariadbd runs as: this one (root in CI, which needs saying explicitly).
-fn user() -> String {
-    let uid = nix::unistd::geteuid();
-    nix::unistd::User::from_uid(uid).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
 }

@@ -196,7 +196,8 @@ impl Drop for Postgres {
     }
 }
 
-fn text(out: &Output) -> String {
+/// A program's outcome, for a panic message.
+pub fn text(out: &Output) -> String {
     format!(
         "status {:?}, stdout {:?}, stderr {:?}",
         out.status,

@@ -19,7 +19,7 @@ use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::postgres::{owner_and_password, run_tool, DATABASE, USER};
+use super::postgres::{owner_and_password, run_tool, text, DATABASE, USER};
 use super::replicated::{pipe, Endpoint, Replicated};
 
 /// Generous bound for what should happen soon (a standby streaming, a promotion).
@@ -367,14 +367,4 @@ impl Link {
         self.state.lock().unwrap().closed = true;
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
-}
-
-/// A program's outcome, for a panic message.
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}, stdout {:?}, stderr {:?}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout).trim(),
-        String::from_utf8_lossy(&out.stderr).trim()
-    )
 }
