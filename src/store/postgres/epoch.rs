@@ -174,13 +174,10 @@ mod tests {
     #[test]
     fn both_acquires_are_guarded() {
         let sql = Sql::new("t");
-        let unstated = &sql.unstated;
-        for (acquire, epoch) in [
-            (&sql.acquire, Epoch::Stated),
-            (&sql.acquire_announced, Epoch::Stated),
-            (&unstated.0, Epoch::Unstated),
-            (&unstated.1, Epoch::Unstated),
-        ] {
+        for (epoch, announced) in
+            [(Epoch::Stated, false), (Epoch::Stated, true), (Epoch::Unstated, false), (Epoch::Unstated, true)]
+        {
+            let acquire = sql.acquire(epoch, announced);
             assert!(acquire.starts_with(&guarded_ctes("\"t\"", epoch)), "{acquire}");
             assert!(acquire.contains(&format!("SELECT {ANSWER},")), "{acquire}");
             assert!(acquire.contains("FROM gate WHERE gate.left_us = 0"), "{acquire}");

@@ -344,15 +344,13 @@ impl PostgresStore {
         if lock == epoch::MARK {
             return Err(StoreError::refused(format!("PostgreSQL store {}: {lock:?} is not a lock name", self.shown)));
         }
-        let templates = |unstated: bool| match (unstated, announce) {
-            (false, false) => &self.sql.acquire,
-            (false, true) => &self.sql.acquire_announced,
-            (true, false) => &self.sql.unstated.0,
-            (true, true) => &self.sql.unstated.1,
+        let mut epoch = match self.epoch_unstated.load(Ordering::Relaxed) {
+            true => epoch::Epoch::Unstated,
+            false => epoch::Epoch::Stated,
         };
-        let mut template = templates(self.epoch_unstated.load(Ordering::Relaxed));
         let mut answer = Err(sqlx::Error::PoolClosed);
         for _ in 0..4 {
+            let template = self.sql.acquire(epoch, announce);
             answer = self
                 .statement(template, &[Value::Text(lock), Value::Text(identity), Value::Int(micros(ttl))])?
                 .fetch_one(&mut *conn)
@@ -360,9 +358,12 @@ impl PostgresStore {
                 .and_then(|row| Ok((row.try_get::<Option<i64>, _>(0)?, row.try_get::<Option<i64>, _>(1)?)));
             match &answer {
                 Err(err) if no_kept_column(err) => self.add_kept_column(&mut *conn).await?,
-                Err(err) if epoch::is_unstated(err) && !self.epoch_unstated.swap(true, Ordering::Relaxed) => {
-                    epoch::warn_unstated(&self.shown, &describe(err));
-                    template = templates(true);
+                // Another call of this store may have met it first: only one says so.
+                Err(err) if epoch == epoch::Epoch::Stated && epoch::is_unstated(err) => {
+                    if !self.epoch_unstated.swap(true, Ordering::Relaxed) {
+                        epoch::warn_unstated(&self.shown, &describe(err));
+                    }
+                    epoch = epoch::Epoch::Unstated;
                 }
                 // Dropped since this store opened (or never made): a run makes it again.
                 Err(err) if !self.existing_only && sqlstate(err).as_deref() == Some("42P01") => {

@@ -8,12 +8,8 @@ use super::*;
 pub(super) struct Sql {
     /// The table's name, quoted.
     pub(super) table: String,
-    pub(super) acquire: String,
-    /// `acquire` by a waiter acting on a turn: it also tells the other waiters (`turns.rs`).
-    pub(super) acquire_announced: String,
-    /// `acquire` and `acquire_announced` on a server that will not state its epoch
-    /// (`epoch::Epoch::Unstated`).
-    pub(super) unstated: Box<(String, String)>,
+    /// The acquire, on a server that states its epoch and on one that will not (`Sql::acquire`).
+    acquires: [Acquire; 2],
     pub(super) renew: String,
     pub(super) release: String,
     pub(super) status: String,
@@ -22,6 +18,13 @@ pub(super) struct Sql {
     pub(super) status_before_kept: String,
     pub(super) list_before_kept: String,
     pub(super) revoke: String,
+}
+
+/// The acquire statement of one way of reading the epoch (`epoch::Epoch`).
+struct Acquire {
+    plain: String,
+    /// By a waiter acting on a turn: it also tells the other waiters (`turns.rs`).
+    announced: String,
 }
 
 /// A value put into a statement by `Sql::text`.
@@ -104,20 +107,19 @@ impl Sql {
         // One clock reading for the whole statement. A row is taken over only if it was
         // released or has expired on the server's clock, and only once the epoch's grace
         // after a failover is over (`epoch.rs`); the token never resets.
-        let guarded = epoch::guarded_ctes(&t, epoch::Epoch::Stated);
-        let unstated = epoch::guarded_ctes(&t, epoch::Epoch::Unstated);
-        let answer = epoch::ANSWER;
+        let acquire = |epoch| {
+            let (guarded, answer) = (epoch::guarded_ctes(&t, epoch), epoch::ANSWER);
+            Acquire {
+                plain: format!("{guarded} SELECT {answer}, (SELECT {tell_watchers} FROM won)"),
+                announced: turns::announced_sql(&guarded, answer, "$1", &tell_watchers),
+            }
+        };
         // The epoch's mark is not a lock.
         let not_the_mark = format!("WHERE l.name <> {}", epoch::MARK_SQL);
         let sql = |s: String| s;
         Self {
             table: t.clone(),
-            acquire_announced: turns::announced_sql(&guarded, answer, "$1", &tell_watchers),
-            acquire: format!("{guarded} SELECT {answer}, (SELECT {tell_watchers} FROM won)"),
-            unstated: Box::new((
-                format!("{unstated} SELECT {answer}, (SELECT {tell_watchers} FROM won)"),
-                turns::announced_sql(&unstated, answer, "$1", &tell_watchers),
-            )),
+            acquires: [acquire(epoch::Epoch::Stated), acquire(epoch::Epoch::Unstated)],
             // A row kept for --min-hold has no child left: a renewal sent before its release
             // and arriving after it must not stretch the keep to a full ttl again. (The
             // acquire that made this lease already needed the `kept` column.)
@@ -170,6 +172,18 @@ impl Sql {
                  SELECT pg_notify('{CHANNEL}', name), {turn} FROM done",
                 turn = turns::choose_sql("name", "$3", "0")
             )),
+        }
+    }
+}
+
+impl Sql {
+    /// The acquire statement for `epoch`, `announced` when a waiter acts on its turn.
+    pub(super) fn acquire(&self, epoch: epoch::Epoch, announced: bool) -> &str {
+        let acquire = &self.acquires[(epoch == epoch::Epoch::Unstated) as usize];
+        if announced {
+            &acquire.announced
+        } else {
+            &acquire.plain
         }
     }
 }
